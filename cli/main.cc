@@ -1,0 +1,34 @@
+// hvdrun: wires the command line to the launcher. All logic lives in launcher/.
+#include <sys/prctl.h>
+
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "launcher/agent.h"
+#include "launcher/job.h"
+#include "launcher/options.h"
+
+extern char** environ;
+
+int main(int argc, char** argv) {
+  // Before any thread exists: signals go to the event loop, orphans come back to us.
+  hvdrun::block_handled_signals();
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  try {
+    auto parsed = hvdrun::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+    if (!parsed) {
+      std::fprintf(stderr, "hvdrun: %s\n", parsed.error().message.c_str());
+      return parsed.error().code;
+    }
+    if (parsed->action == hvdrun::ParsedCommandLine::Action::kPrintAndExit) {
+      std::fputs(parsed->print.c_str(), stdout);
+      return 0;
+    }
+    spdlog::set_pattern("hvdrun: [%l] %v");
+    spdlog::set_level(spdlog::level::from_str(parsed->options.log_level));
+    return hvdrun::run_job(parsed->options, environ);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hvdrun: internal error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,78 @@
+#include "common/tunables.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "common/strings.h"
+
+namespace hvdrun {
+namespace {
+
+constexpr Tunable kTable[] = {
+    // Launcher side.
+    {"HVDRUN_START_TIMEOUT", "30", TunableUse::kLauncher,
+     "Seconds for every rank to reach the rendezvous (--start-timeout)."},
+    {"HVDRUN_KILL_GRACE", "5", TunableUse::kLauncher,
+     "Seconds between SIGTERM and SIGKILL when a job is torn down (--kill-grace)."},
+    {"HVDRUN_LOG_LEVEL", "warn", TunableUse::kLauncher,
+     "Log level of hvdrun and libhvdrun: trace, debug, info, warn, error, off (--log-level)."},
+    // Worker side (libhvdrun).
+    {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
+     "Seconds a collective waits on a silent peer before it fails naming that peer."},
+    {"HVDRUN_SPIN_US", "50", TunableUse::kWorker,
+     "Microseconds a rank polls a socket before it blocks in poll()."},
+    {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
+     "Pipeline segment size of the ring collectives, in bytes."},
+    {"HVDRUN_SOCKET_BUFFER", "4194304", TunableUse::kWorker, "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes."},
+    // The contract hvdrun sets for each worker.
+    {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
+    {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},
+    {"HVDRUN_SECRET", "", TunableUse::kContract, "The job's 256-bit secret, hex; never logged."},
+    {"HVDRUN_IFACE", "", TunableUse::kContract, "Network interface for the data plane (--network-interface)."},
+    {"HOROVOD_RANK", "", TunableUse::kContract, "Global rank."},
+    {"HOROVOD_SIZE", "", TunableUse::kContract, "Number of ranks."},
+    {"HOROVOD_LOCAL_RANK", "", TunableUse::kContract, "Rank on this host."},
+    {"HOROVOD_LOCAL_SIZE", "", TunableUse::kContract, "Ranks on this host."},
+    {"HOROVOD_CROSS_RANK", "", TunableUse::kContract, "Index of this host among hosts with this local rank."},
+    {"HOROVOD_CROSS_SIZE", "", TunableUse::kContract, "Hosts with a process at this local rank."},
+    {"HOROVOD_HOSTNAME", "", TunableUse::kContract, "The host as written in -H or the host file."},
+    {"RANK", "", TunableUse::kContract, "torch.distributed: global rank."},
+    {"WORLD_SIZE", "", TunableUse::kContract, "torch.distributed: number of ranks."},
+    {"LOCAL_RANK", "", TunableUse::kContract, "torch.distributed: rank on this host."},
+    {"LOCAL_WORLD_SIZE", "", TunableUse::kContract, "torch.distributed: ranks on this host."},
+    {"GROUP_RANK", "", TunableUse::kContract, "torch.distributed: index of this host (cross rank of local rank 0)."},
+    {"MASTER_ADDR", "", TunableUse::kContract, "torch.distributed: address of rank 0's host."},
+    {"MASTER_PORT", "", TunableUse::kContract, "torch.distributed: a port free on rank 0's host."},
+    {"PYTHONUNBUFFERED", "1", TunableUse::kContract, "Set so Python workers' output is not held back."},
+};
+
+}  // namespace
+
+std::span<const Tunable> all_tunables() { return kTable; }
+
+const Tunable* find_tunable(std::string_view env) {
+  for (const auto& t : kTable)
+    if (t.env == env) return &t;
+  return nullptr;
+}
+
+std::string tunable_string(std::string_view env) {
+  const Tunable* t = find_tunable(env);
+  if (!t) throw std::logic_error("unknown tunable " + std::string(env));
+  const char* v = std::getenv(std::string(env).c_str());
+  return v ? std::string(v) : std::string(t->default_value);
+}
+
+double tunable_double(std::string_view env) {
+  std::string v = tunable_string(env);
+  auto r = parse_double(v, env, 0, 1e12);
+  if (r) return *r;
+  std::fprintf(stderr, "hvdrun: %s; using the default %s\n", r.error().message.c_str(),
+               std::string(find_tunable(env)->default_value).c_str());
+  return *parse_double(find_tunable(env)->default_value, env, 0, 1e12);
+}
+
+long long tunable_int(std::string_view env) { return static_cast<long long>(tunable_double(env)); }
+
+}  // namespace hvdrun

@@ -1,0 +1,30 @@
+// The one table of every environment variable hvdrun and libhvdrun read or set,
+// with its default and help text. Code reads tunables only through this file.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace hvdrun {
+
+enum class TunableUse { kLauncher, kWorker, kContract };
+
+struct Tunable {
+  std::string_view env;           // environment variable name
+  std::string_view default_value; // "" = unset
+  TunableUse use;                 // who reads it (kContract: set by hvdrun for workers)
+  std::string_view help;
+};
+
+std::span<const Tunable> all_tunables();
+const Tunable* find_tunable(std::string_view env);
+
+// The value from the environment, else the table's default. The name must be in the table.
+std::string tunable_string(std::string_view env);
+// Parsed as a number; a malformed value is reported once on stderr and the default used.
+double tunable_double(std::string_view env);
+long long tunable_int(std::string_view env);
+
+}  // namespace hvdrun

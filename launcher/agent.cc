@@ -1,0 +1,308 @@
+#include "launcher/agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "launcher/line_splitter.h"
+
+namespace hvdrun {
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
+
+bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
+
+}  // namespace
+
+struct LocalAgent::Worker {
+  int rank = 0;
+  std::string host;
+  pid_t pid = -1;
+  bool exited = false;
+  UniqueFd pipes[2];  // stdout, stderr read ends
+  LineSplitter split[2];
+};
+
+void block_handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : handled_signals()) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog)
+    : opts_(opts), sink_(sink), watchdog_(watchdog) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
+  control_rd_.reset(p[0]);
+  control_wr_.reset(p[1]);
+}
+
+LocalAgent::~LocalAgent() = default;
+
+void LocalAgent::request_teardown(std::string message, int exit_code) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    if (!control_request_) control_request_.emplace(std::move(message), exit_code);
+  }
+  char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(control_wr_.get(), &c, 1);
+}
+
+void LocalAgent::signal_all(int sig) {
+  for (auto& w : workers_)
+    if (w.pid > 0) kill(-w.pid, sig);
+}
+
+void LocalAgent::teardown(const std::string& message, int exit_code) {
+  if (tearing_down_) return;
+  tearing_down_ = true;
+  result_.exit_code = exit_code;
+  result_.message = message;
+  if (!message.empty()) sink_.notice(message);
+  signal_all(SIGTERM);
+  kill_deadline_ = now_s() + opts_.kill_grace;
+}
+
+bool LocalAgent::any_group_alive() const {
+  for (const auto& w : workers_)
+    if (w.pid > 0 && group_alive(w.pid)) return true;
+  return false;
+}
+
+void LocalAgent::reap() {
+  // hvdrun is a child subreaper: orphaned grandchildren come here too and are reaped.
+  while (true) {
+    int st = 0;
+    pid_t pid = waitpid(-1, &st, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& w : workers_) {
+      if (w.pid != pid) continue;
+      w.exited = true;
+      if (on_worker_exit) on_worker_exit(w.rank);
+      bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (failed && !tearing_down_) {
+        std::string msg = "hvdrun: rank " + std::to_string(w.rank) + " (host " + w.host + ") ";
+        int code;
+        if (WIFSIGNALED(st)) {
+          msg += "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + signal_name(WTERMSIG(st)) + ")";
+          code = 128 + WTERMSIG(st);
+        } else {
+          msg += "exited with code " + std::to_string(WEXITSTATUS(st));
+          code = WEXITSTATUS(st);
+        }
+        teardown(msg, code);
+      }
+      break;
+    }
+  }
+}
+
+AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  for (int s : handled_signals()) sigaddset(&sigs, s);
+  UniqueFd sigfd(signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+
+  // Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
+  // is our terminal (the worker is in another process group and may not read the tty).
+  UniqueFd relay_in, relay_out;  // relay_in: what rank 0 reads; relay_out: our write end
+  bool relay_stdin = false;
+  int rank0_stdin = -1;
+  if (opts_.stdin_to_rank0 && fcntl(0, F_GETFD) >= 0) {
+    if (isatty(0)) {
+      if (tcgetpgrp(0) == getpgrp()) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) == 0) {
+          relay_in.reset(p[0]);
+          relay_out.reset(p[1]);
+          fcntl(relay_out.get(), F_SETFL, O_NONBLOCK);
+          rank0_stdin = relay_in.get();
+          relay_stdin = true;
+        }
+      }
+    } else {
+      rank0_stdin = 0;
+    }
+  }
+
+  workers_.reserve(launches.size());
+  for (auto& l : launches) {
+    l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
+    auto spawned = spawn_worker(l.request);
+    if (!spawned) {
+      teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,
+               spawned.error().code);
+      break;
+    }
+    Worker w;
+    w.rank = l.rank;
+    w.host = l.host;
+    w.pid = spawned->pid;
+    w.pipes[0] = std::move(spawned->out);
+    w.pipes[1] = std::move(spawned->err);
+    if (watchdog_) watchdog_->watch(w.pid);
+    workers_.push_back(std::move(w));
+  }
+  relay_in.reset();
+
+  std::string stdin_pending;
+  bool stdin_open = relay_stdin;
+  std::optional<double> drain_deadline;
+  std::vector<pollfd> pfds;
+  std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index -> (worker, stream)
+  std::vector<char> buf(kReadChunk);
+
+  while (true) {
+    reap();
+    bool all_exited = true;
+    for (auto& w : workers_) all_exited = all_exited && w.exited;
+    bool pipes_open = false;
+    for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
+    if (all_exited) {
+      if (any_group_alive()) {
+        // Leaders are gone but something they started lingers in a group: end it.
+        if (!kill_deadline_ && !killed_) {
+          signal_all(SIGTERM);
+          kill_deadline_ = now_s() + opts_.kill_grace;
+        }
+      } else {
+        if (!pipes_open) break;
+        if (!drain_deadline) drain_deadline = now_s() + kDrainAfterExit;
+        if (now_s() >= *drain_deadline) break;
+      }
+    }
+    if (kill_deadline_ && now_s() >= *kill_deadline_) {
+      signal_all(SIGKILL);
+      killed_ = true;
+      kill_deadline_.reset();
+    }
+
+    pfds.clear();
+    pipe_of.clear();
+    pfds.push_back({sigfd.get(), POLLIN, 0});
+    pfds.push_back({control_rd_.get(), POLLIN, 0});
+    int stdin_idx = -1, relay_idx = -1;
+    if (stdin_open && relay_out.valid()) {
+      if (stdin_pending.empty()) {
+        stdin_idx = static_cast<int>(pfds.size());
+        pfds.push_back({0, POLLIN, 0});
+      } else {
+        relay_idx = static_cast<int>(pfds.size());
+        pfds.push_back({relay_out.get(), POLLOUT, 0});
+      }
+    }
+    bool congested = sink_.congested();
+    if (!congested) {
+      for (auto& w : workers_)
+        for (int s = 0; s < 2; ++s)
+          if (w.pipes[s].valid()) {
+            pipe_of.emplace_back(&w, s);
+            pfds.push_back({w.pipes[s].get(), POLLIN, 0});
+          }
+    }
+    double timeout = 1.0;
+    if (congested) timeout = 0.005;
+    if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - now_s());
+    if (drain_deadline) timeout = std::min(timeout, *drain_deadline - now_s());
+    if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
+    int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
+
+    int n = poll(pfds.data(), pfds.size(), timeout_ms);
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+
+    if (pfds[0].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        int sig = static_cast<int>(si.ssi_signo);
+        if (sig == SIGCHLD) continue;  // reaped at the top of the loop
+        if (sig == SIGUSR1 || sig == SIGUSR2) {
+          signal_all(sig);
+          continue;
+        }
+        if (tearing_down_) {  // a second interrupt: no more grace
+          signal_all(SIGKILL);
+          killed_ = true;
+          kill_deadline_.reset();
+          continue;
+        }
+        teardown("hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
+      }
+    }
+    if (pfds[1].revents & POLLIN) {
+      char drainbuf[64];
+      while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
+      }
+      std::optional<std::pair<std::string, int>> req;
+      {
+        std::lock_guard<std::mutex> lk(control_mu_);
+        req.swap(control_request_);
+      }
+      if (req) teardown(req->first, req->second);
+    }
+    if (stdin_idx >= 0 && (pfds[stdin_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char in[4096];
+      ssize_t r = read(0, in, sizeof in);
+      if (r > 0) {
+        stdin_pending.assign(in, static_cast<size_t>(r));
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        stdin_open = false;
+        relay_out.reset();
+      }
+    }
+    if (relay_idx >= 0 && (pfds[relay_idx].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t r = write(relay_out.get(), stdin_pending.data(), stdin_pending.size());
+      if (r > 0) {
+        stdin_pending.erase(0, static_cast<size_t>(r));
+      } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
+        stdin_open = false;  // rank 0 closed its stdin
+        relay_out.reset();
+      }
+    }
+    for (size_t i = 0; i < pipe_of.size(); ++i) {
+      const pollfd& p = pfds[pfds.size() - pipe_of.size() + i];
+      if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      auto [w, s] = pipe_of[i];
+      ssize_t r = read(w->pipes[s].get(), buf.data(), buf.size());
+      StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
+      if (r > 0) {
+        sink_.write_lines(w->rank, kind, w->split[s].feed(std::string_view(buf.data(), static_cast<size_t>(r))));
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        sink_.write_lines(w->rank, kind, w->split[s].flush());
+        w->pipes[s].reset();
+      }
+    }
+  }
+  // Whatever is still buffered (pipes held open by an escaped process): flush partial lines.
+  for (auto& w : workers_)
+    for (int s = 0; s < 2; ++s)
+      if (w.pipes[s].valid())
+        sink_.write_lines(w.rank, s == 0 ? StreamKind::kStdout : StreamKind::kStderr, w.split[s].flush());
+  sink_.drain();
+  return result_;
+}
+
+}  // namespace hvdrun

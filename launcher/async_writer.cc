@@ -1,0 +1,83 @@
+#include "launcher/async_writer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace hvdrun {
+
+AsyncWriter::AsyncWriter(int fd) : fd_(fd), thread_([this] { run(); }) {}
+
+AsyncWriter::~AsyncWriter() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void AsyncWriter::write(std::string data) {
+  if (data.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (failed_) return;
+    queued_bytes_ += data.size();
+    queue_.push_back(std::move(data));
+  }
+  cv_.notify_all();
+}
+
+size_t AsyncWriter::backlog() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return queued_bytes_;
+}
+
+void AsyncWriter::drain() {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [this] { return (queue_.empty() && !busy_) || failed_; });
+}
+
+void AsyncWriter::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    // Take everything queued and write it in one go, outside the lock.
+    std::string batch;
+    if (queue_.size() == 1) {
+      batch = std::move(queue_.front());
+    } else {
+      batch.reserve(queued_bytes_);
+      for (auto& s : queue_) batch.append(s);
+    }
+    queue_.clear();
+    busy_ = true;
+    lk.unlock();
+    size_t off = 0;
+    bool failed = false;
+    while (off < batch.size()) {
+      ssize_t n = ::write(fd_, batch.data() + off, batch.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        failed = true;
+        break;
+      }
+      off += static_cast<size_t>(n);
+    }
+    lk.lock();
+    busy_ = false;
+    queued_bytes_ -= batch.size();
+    if (failed) {
+      failed_ = true;
+      queue_.clear();
+      queued_bytes_ = 0;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,40 @@
+// Writes to one fd from its own thread, so that the launcher's event loop never blocks
+// on a slow reader of hvdrun's output. The loop asks backlog() and stops reading from
+// workers while it is above a high-water mark (back pressure, never loss).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace hvdrun {
+
+class AsyncWriter {
+ public:
+  explicit AsyncWriter(int fd);
+  ~AsyncWriter();  // drains what is queued, then joins
+  AsyncWriter(const AsyncWriter&) = delete;
+  AsyncWriter& operator=(const AsyncWriter&) = delete;
+
+  void write(std::string data);
+  size_t backlog() const;
+  // Blocks until everything queued has been written (or the fd failed).
+  void drain();
+
+ private:
+  void run();
+
+  int fd_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  size_t queued_bytes_ = 0;
+  bool busy_ = false;
+  bool stop_ = false;
+  bool failed_ = false;  // the reader went away (EPIPE): output is dropped from then on
+  std::thread thread_;
+};
+
+}  // namespace hvdrun

@@ -1,0 +1,131 @@
+#include "launcher/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "common/strings.h"
+#include "common/tunables.h"
+#include "hvdrun_version.h"
+
+namespace hvdrun {
+namespace {
+
+constexpr const char* kDescription =
+    "hvdrun: launch a distributed training job (horovodrun/mpirun compatible).\n"
+    "Usage: hvdrun [options] [--] command [args...]";
+
+}  // namespace
+
+Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args_in) {
+  ParsedCommandLine out;
+  LaunchOptions& o = out.options;
+  std::string np_s, start_timeout_s, kill_grace_s, ssh_port_s, rdv_port_s;
+
+  CLI::App app{kDescription, "hvdrun"};
+  app.prefix_command();  // the first positional starts the command; the rest is its own
+  app.set_version_flag("--version", std::string("hvdrun ") + HVDRUN_VERSION_STRING);
+  app.get_formatter()->column_width(36);
+  app.add_option("--num-proc", np_s, "Number of processes (-np N); default: every slot of the hosts")
+      ->type_name("N");
+  app.add_option("-H,--hosts", o.hosts, "Hosts and slots: host:slots,... (a bare host is one slot)")
+      ->type_name("LIST");
+  app.add_option("--hostfile", o.hostfile, "File of hosts: 'host slots=N', 'host:N' or 'host' per line")
+      ->type_name("FILE");
+  app.add_option("-p,--ssh-port", ssh_port_s, "SSH port of the remote hosts")->type_name("PORT");
+  app.add_option("-i,--ssh-identity-file", o.ssh_identity_file, "SSH private key for the remote hosts")
+      ->type_name("FILE");
+  app.add_option("--start-timeout", start_timeout_s,
+                 "Seconds for every rank to start and reach the rendezvous (env HVDRUN_START_TIMEOUT; default 30)")
+      ->type_name("SECONDS");
+  app.add_option("--kill-grace", kill_grace_s, "Seconds between SIGTERM and SIGKILL at teardown (default 5)")
+      ->type_name("SECONDS");
+  app.add_option("--network-interface", o.network_interface, "Network interface for the rendezvous and data plane")
+      ->type_name("IFACE");
+  app.add_option("--rendezvous-port", rdv_port_s, "Port of the rendezvous server (default: chosen by the OS)")
+      ->type_name("PORT");
+  app.add_option("--output-filename", o.output_dir, "Also write each rank's output to DIR/rank.N/{stdout,stderr}")
+      ->type_name("DIR");
+  app.add_flag("--prefix-output-with-timestamp", o.timestamps, "Put a timestamp before each output line");
+  app.add_option("-x,--env", o.env, "Forward NAME or set NAME=VALUE for the workers (repeatable)")
+      ->type_name("NAME[=VALUE]")
+      ->allow_extra_args(false);
+  app.add_flag("--verbose", o.verbose, "Log what hvdrun does (same as --log-level debug)");
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off (env HVDRUN_LOG_LEVEL)")
+      ->type_name("LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_flag("--dry-run", o.dry_run, "Print the plan, one JSON object per rank, and start nothing");
+
+  // Horovod's and mpirun's single-dash "-np" is not a CLI11 short option: rewrite it, but
+  // only before the command (the command's own "-np" is its business).
+  std::vector<std::string> args = args_in;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--" || a.empty() || a[0] != '-') break;
+    if (a == "-np" || a == "-n") {
+      args[i] = "--num-proc";
+    } else if (starts_with(a, "-np=")) {
+      args[i] = "--num-proc=" + a.substr(4);
+      continue;
+    }
+    if (args[i].find('=') != std::string::npos) continue;
+    const CLI::Option* opt = app.get_option_no_throw(args[i]);
+    if (opt && opt->get_type_size() > 0 && opt->get_expected_min() > 0) ++i;  // skip its value
+  }
+
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::CallForHelp&) {
+    out.action = ParsedCommandLine::Action::kPrintAndExit;
+    out.print = app.help();
+    return out;
+  } catch (const CLI::CallForVersion&) {
+    out.action = ParsedCommandLine::Action::kPrintAndExit;
+    out.print = app.version() + "\n";
+    return out;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    return make_error(msg + " (see 'hvdrun --help')", 2);
+  }
+
+  o.command = app.remaining();
+  if (!o.command.empty() && o.command.front() == "--") {
+    o.command.erase(o.command.begin());
+  } else if (!o.command.empty() && o.command.front().size() > 1 && o.command.front()[0] == '-') {
+    return make_error("unknown option '" + o.command.front() + "' (see 'hvdrun --help'; put '--' before a command "
+                          "that starts with '-')",
+                      2);
+  }
+
+  if (!np_s.empty()) {
+    auto n = parse_int(np_s, "-np", 1, 1 << 24);
+    if (!n) return n.error();
+    o.np = static_cast<int>(*n);
+  }
+  if (start_timeout_s.empty()) start_timeout_s = tunable_string("HVDRUN_START_TIMEOUT");
+  auto st = parse_double(start_timeout_s, "--start-timeout", 0.001, 1e7);
+  if (!st) return st.error();
+  o.start_timeout = *st;
+  if (kill_grace_s.empty()) kill_grace_s = tunable_string("HVDRUN_KILL_GRACE");
+  auto kg = parse_double(kill_grace_s, "--kill-grace", 0, 1e6);
+  if (!kg) return kg.error();
+  o.kill_grace = *kg;
+  if (!ssh_port_s.empty()) {
+    auto p = parse_int(ssh_port_s, "--ssh-port", 1, 65535);
+    if (!p) return p.error();
+    o.ssh_port = static_cast<int>(*p);
+  }
+  if (!rdv_port_s.empty()) {
+    auto p = parse_int(rdv_port_s, "--rendezvous-port", 1, 65535);
+    if (!p) return p.error();
+    o.rendezvous_port = static_cast<int>(*p);
+  }
+  if (o.log_level.empty()) o.log_level = o.verbose ? "debug" : tunable_string("HVDRUN_LOG_LEVEL");
+  if (o.command.empty()) return make_error("missing command: usage: hvdrun [options] [--] command [args...]", 2);
+  if (!o.hosts.empty() && !o.hostfile.empty())
+    return make_error("-H/--hosts and --hostfile cannot be used together; give one of them", 2);
+  if (o.hosts.empty() && o.hostfile.empty() && o.np == 0)
+    return make_error("-np is required when no hosts are given (-H or --hostfile)", 2);
+  return out;
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,41 @@
+// The command line, parsed (CLI11) into plain values. Pure: no I/O beyond what it returns.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hvdrun {
+
+struct LaunchOptions {
+  int np = 0;  // 0: every slot of the hosts given
+  std::string hosts;
+  std::string hostfile;
+  int ssh_port = 0;
+  std::string ssh_identity_file;
+  double start_timeout = 30;
+  double kill_grace = 5;
+  std::string network_interface;
+  std::string output_dir;
+  bool timestamps = false;
+  std::vector<std::string> env;  // -x specs
+  bool verbose = false;
+  std::string log_level;
+  bool dry_run = false;
+  int rendezvous_port = 0;
+  std::vector<std::string> command;
+};
+
+// What the command line asks for: run a job, or just print something and exit.
+struct ParsedCommandLine {
+  enum class Action { kRun, kPrintAndExit } action = Action::kRun;
+  LaunchOptions options;
+  std::string print;  // help or version text, for kPrintAndExit
+};
+
+// `env` supplies the defaults read from the environment (HVDRUN_START_TIMEOUT, ...).
+// Errors carry exit code 2 and one line naming the bad value.
+Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace hvdrun

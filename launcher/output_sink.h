@@ -1,0 +1,62 @@
+// Where workers' output goes. The agent splits each stream into whole lines and hands
+// them over in batches; a sink tags them ("[3]<stdout>:"), writes them to hvdrun's own
+// stdout/stderr and, with --output-filename, to DIR/rank.N/{stdout,stderr}.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "launcher/async_writer.h"
+
+namespace hvdrun {
+
+enum class StreamKind { kStdout = 0, kStderr = 1 };
+
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  // `lines` holds one or more complete lines, each with its terminator.
+  virtual void write_lines(int rank, StreamKind stream, std::string_view lines) = 0;
+  // True while the sink holds so much unwritten output that the agent should stop reading.
+  virtual bool congested() const = 0;
+  // One line from hvdrun itself ("hvdrun: rank 2 ... exited with code 7"), ordered after
+  // the worker output already handed over.
+  virtual void notice(std::string_view line) = 0;
+  // Writes everything still queued.
+  virtual void drain() = 0;
+};
+
+struct TaggedOutputOptions {
+  int size = 1;                 // job size: the width of rank numbers in file names
+  std::string output_dir;       // --output-filename, "" for none
+  bool timestamps = false;      // --prefix-output-with-timestamp
+  int stdout_fd = 1, stderr_fd = 2;
+};
+
+// "[rank]<stdout>:" prefix, optionally preceded by a timestamp.
+std::string tag_line_prefix(int rank, StreamKind stream, bool timestamps);
+
+class TaggedOutput : public OutputSink {
+ public:
+  // Creates DIR/rank.N/ for the given ranks when output_dir is set.
+  static Result<std::unique_ptr<TaggedOutput>> create(const TaggedOutputOptions& opts, const std::vector<int>& ranks);
+
+  void write_lines(int rank, StreamKind stream, std::string_view lines) override;
+  bool congested() const override;
+  void notice(std::string_view line) override;
+  void drain() override;
+
+ private:
+  explicit TaggedOutput(const TaggedOutputOptions& opts);
+
+  TaggedOutputOptions opts_;
+  AsyncWriter out_, err_;
+  std::vector<std::pair<int, std::array<UniqueFd, 2>>> files_;  // rank -> {stdout, stderr}
+};
+
+}  // namespace hvdrun

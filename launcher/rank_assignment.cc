@@ -1,0 +1,44 @@
+#include "launcher/rank_assignment.h"
+
+#include <algorithm>
+
+namespace hvdrun {
+
+Result<std::vector<RankInfo>> assign_ranks(const std::vector<HostSlots>& hosts, int np) {
+  const int slots = total_slots(hosts);
+  if (np <= 0) np = slots;
+  if (np > slots)
+    return make_error("requested more processes (" + std::to_string(np) + ") than there are available slots (" +
+                          std::to_string(slots) + ")",
+                      2);
+  std::vector<RankInfo> ranks;
+  ranks.reserve(np);
+  std::vector<int> local_sizes;  // per host, ranks actually placed there
+  for (size_t h = 0; h < hosts.size() && static_cast<int>(ranks.size()) < np; ++h) {
+    int placed = std::min(hosts[h].slots, np - static_cast<int>(ranks.size()));
+    for (int l = 0; l < placed; ++l) {
+      RankInfo r;
+      r.rank = static_cast<int>(ranks.size());
+      r.size = np;
+      r.local_rank = l;
+      r.host_index = static_cast<int>(h);
+      r.host = hosts[h].host;
+      ranks.push_back(r);
+    }
+    local_sizes.push_back(placed);
+  }
+  // cross_size[l] = hosts that have a process at local rank l; cross_rank = order among them.
+  int max_local = *std::max_element(local_sizes.begin(), local_sizes.end());
+  std::vector<int> cross_count(max_local, 0);
+  std::vector<std::vector<int>> cross_rank_of(local_sizes.size(), std::vector<int>(max_local, 0));
+  for (size_t h = 0; h < local_sizes.size(); ++h)
+    for (int l = 0; l < local_sizes[h]; ++l) cross_rank_of[h][l] = cross_count[l]++;
+  for (auto& r : ranks) {
+    r.local_size = local_sizes[r.host_index];
+    r.cross_rank = cross_rank_of[r.host_index][r.local_rank];
+    r.cross_size = cross_count[r.local_rank];
+  }
+  return ranks;
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,100 @@
+#include "launcher/worker_env.h"
+
+#include <cctype>
+
+#include "common/strings.h"
+
+namespace hvdrun {
+namespace {
+
+bool valid_env_name(const std::string& n) {
+  if (n.empty() || std::isdigit(static_cast<unsigned char>(n[0]))) return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<EnvOverride>> parse_env_overrides(const std::vector<std::string>& specs,
+                                                      const std::map<std::string, std::string>& launcher_env) {
+  std::vector<EnvOverride> out;
+  for (const auto& spec : specs) {
+    size_t eq = spec.find('=');
+    EnvOverride o;
+    o.name = spec.substr(0, eq);
+    if (!valid_env_name(o.name))
+      return make_error("-x '" + spec + "': expected NAME or NAME=VALUE with NAME of letters, digits and '_'", 2);
+    if (eq != std::string::npos) {
+      o.value = spec.substr(eq + 1);
+    } else {
+      auto it = launcher_env.find(o.name);
+      if (it == launcher_env.end())
+        return make_error("-x '" + spec + "': " + o.name + " is not set in hvdrun's environment; use -x " + o.name +
+                              "=VALUE",
+                          2);
+      o.value = it->second;
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> environ_to_map(char** envp) {
+  std::map<std::string, std::string> env;
+  for (char** e = envp; e && *e; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+std::map<std::string, std::string> build_worker_env(const std::map<std::string, std::string>& launcher_env,
+                                                    const std::vector<EnvOverride>& overrides, const JobEnv& job,
+                                                    const RankInfo& r, int group_rank) {
+  std::map<std::string, std::string> env;
+  for (const auto& [k, v] : launcher_env) {
+    if (starts_with(k, "BASH_FUNC_") || k == "OLDPWD") continue;
+    env[k] = v;
+  }
+  for (const auto& o : overrides) env[o.name] = o.value;
+  auto set = [&](const char* k, const std::string& v) { env[k] = v; };
+  auto seti = [&](const char* k, int v) { env[k] = std::to_string(v); };
+  seti("HOROVOD_RANK", r.rank);
+  seti("HOROVOD_SIZE", r.size);
+  seti("HOROVOD_LOCAL_RANK", r.local_rank);
+  seti("HOROVOD_LOCAL_SIZE", r.local_size);
+  seti("HOROVOD_CROSS_RANK", r.cross_rank);
+  seti("HOROVOD_CROSS_SIZE", r.cross_size);
+  set("HOROVOD_HOSTNAME", r.host);
+  seti("RANK", r.rank);
+  seti("WORLD_SIZE", r.size);
+  seti("LOCAL_RANK", r.local_rank);
+  seti("LOCAL_WORLD_SIZE", r.local_size);
+  seti("GROUP_RANK", group_rank);
+  set("MASTER_ADDR", job.master_addr);
+  seti("MASTER_PORT", job.master_port);
+  set("PYTHONUNBUFFERED", "1");
+  if (!job.rendezvous_addr.empty()) {
+    set("HVDRUN_RENDEZVOUS_ADDR", job.rendezvous_addr);
+    seti("HVDRUN_RENDEZVOUS_PORT", job.rendezvous_port);
+    set("HVDRUN_SECRET", job.secret_hex);
+  }
+  if (!job.iface.empty()) {
+    set("HVDRUN_IFACE", job.iface);
+    set("NCCL_SOCKET_IFNAME", job.iface);
+    set("GLOO_SOCKET_IFNAME", job.iface);
+  }
+  return env;
+}
+
+std::vector<std::string> env_to_strings(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace hvdrun

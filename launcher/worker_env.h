@@ -1,0 +1,44 @@
+// Builds each worker's environment: hvdrun's own (less BASH_FUNC_* and OLDPWD), the -x
+// variables, then the contract (HOROVOD_*, torch.distributed's, HVDRUN_*).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "launcher/rank_assignment.h"
+
+namespace hvdrun {
+
+// What every worker of a job shares.
+struct JobEnv {
+  std::string master_addr;
+  int master_port = 0;
+  std::string rendezvous_addr;  // empty: no rendezvous variables
+  int rendezvous_port = 0;
+  std::string secret_hex;
+  std::string iface;
+};
+
+// One `-x NAME[=VALUE]`, already validated.
+struct EnvOverride {
+  std::string name;
+  std::string value;
+};
+
+// Validates `-x` specs against the launcher's environment: `NAME` forwards NAME's current
+// value (an error when unset), `NAME=VALUE` sets it.
+Result<std::vector<EnvOverride>> parse_env_overrides(const std::vector<std::string>& specs,
+                                                      const std::map<std::string, std::string>& launcher_env);
+
+std::map<std::string, std::string> environ_to_map(char** envp);
+
+// The full environment of one rank, as a sorted map.
+std::map<std::string, std::string> build_worker_env(const std::map<std::string, std::string>& launcher_env,
+                                                    const std::vector<EnvOverride>& overrides, const JobEnv& job,
+                                                    const RankInfo& rank, int group_rank);
+
+std::vector<std::string> env_to_strings(const std::map<std::string, std::string>& env);
+
+}  // namespace hvdrun

@@ -18,7 +18,7 @@ Result<std::string> check_executable(const std::string& path, const std::string&
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return make_error(program + ": " + std::strerror(errno), 127);
   if (S_ISDIR(st.st_mode)) return make_error(program + ": is a directory", 126);
-  if (access(path.c_str(), X_OK) != 0) return make_error(program + ": permission denied", 126);
+  if ((st.st_mode & 0111) == 0 || access(path.c_str(), X_OK) != 0) return make_error(program + ": permission denied", 126);
   return path;
 }
 
@@ -81,7 +81,7 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
-    return make_error(req.argv[0] + ": " + std::strerror(rc), rc == ENOENT ? 127 : rc == EACCES ? 126 : 3);
+    return make_error(req.argv[0] + ": " + std::strerror(rc), rc == ENOENT ? 127 : (rc == EACCES || rc == ENOEXEC) ? 126 : 3);
   SpawnedWorker w;
   w.pid = pid;
   w.out = std::move(out_r);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,6 +64,7 @@ Result<Watchdog> Watchdog::start(double grace_seconds) {
   if (pid == 0) {
     // Own process group, deaf to the signals meant for hvdrun and its terminal.
     setpgid(0, 0);
+    prctl(PR_SET_NAME, "hvdrun-watchdog");
     struct sigaction sa {};
     sa.sa_handler = SIG_IGN;
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU})

@@ -1,0 +1,313 @@
+// The real hvdrun binary with real workers: output, failures, signals, exit codes, scale.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+
+using namespace testing_hvdrun;
+
+namespace {
+
+const std::string kHvdrun = HVDRUN_BIN;
+const std::string kWorker = TEST_WORKER_BIN;
+
+std::vector<std::string> hvd(std::vector<std::string> args) {
+  args.insert(args.begin(), kHvdrun);
+  return args;
+}
+
+// Pids written by `test_worker family` ("pid child" per line).
+std::vector<pid_t> read_pids(const std::string& path) {
+  std::vector<pid_t> out;
+  std::ifstream in(path);
+  for (pid_t p; in >> p;) out.push_back(p);
+  return out;
+}
+
+unsigned checksum(const std::string& s) {
+  unsigned h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+// Checks that every line of `text` is a whole, correctly tagged chatter line; counts per rank.
+void check_chatter(const std::string& text, const std::string& stream, int np, std::vector<long>& lines_per_rank) {
+  static const std::regex re(R"(^\[(\d+)\]<(stdout|stderr)>:(rank=(\d+) seq=(\d+) [a-z]+) sum=(\d+)$)");
+  lines_per_rank.assign(np, 0);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    ASSERT_NE(end, std::string::npos) << "output does not end with a newline";
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, re)) << "mangled line: " << line.substr(0, 200);
+    ASSERT_EQ(m[2].str(), stream);
+    ASSERT_EQ(m[1].str(), m[4].str()) << "line of rank " << m[4] << " tagged as rank " << m[1];
+    ASSERT_EQ(std::to_string(checksum(m[3].str())), m[6].str()) << line;
+    lines_per_rank[std::stoi(m[1].str())]++;
+  }
+}
+
+}  // namespace
+
+TEST(Launch, TagsEveryLineOfEveryRank) {
+  auto o = run(hvd({"-np", "3", "sh", "-c", "echo out $HOROVOD_RANK/$HOROVOD_SIZE; echo err $RANK >&2"}), 30);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto out = split_lines(o.out);
+  std::set<std::string> got(out.begin(), out.end());
+  EXPECT_EQ(got, (std::set<std::string>{"[0]<stdout>:out 0/3", "[1]<stdout>:out 1/3", "[2]<stdout>:out 2/3"}));
+  auto err = split_lines(o.err);
+  std::set<std::string> gerr(err.begin(), err.end());
+  EXPECT_EQ(gerr, (std::set<std::string>{"[0]<stderr>:err 0", "[1]<stderr>:err 1", "[2]<stderr>:err 2"}));
+}
+
+TEST(Launch, HeavyConcurrentOutputArrivesIntact) {
+  // 4 ranks x 20 MB at full speed: 80 MB, every line whole, nothing lost.
+  const long long per_rank = 20'000'000;
+  auto o = run(hvd({"-np", "4", kWorker, "chatter", std::to_string(per_rank)}), 120);
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.err.substr(0, 500);
+  EXPECT_GT(o.out.size() + o.err.size(), 4 * per_rank);
+  std::vector<long> out_lines, err_lines;
+  check_chatter(o.out, "stdout", 4, out_lines);
+  check_chatter(o.err, "stderr", 4, err_lines);
+  for (int r = 0; r < 4; ++r) {
+    long total = out_lines[r] + err_lines[r];
+    EXPECT_GT(total, 100000) << "rank " << r;
+    EXPECT_EQ(err_lines[r], total / 8) << "rank " << r;  // every 8th line went to stderr
+  }
+}
+
+TEST(Launch, SlowReaderOfOneStreamDoesNotDeadlock) {
+  // A reader that reads all of stdout before it looks at stderr (a common pattern) while
+  // workers write plenty to both: hvdrun must keep serving stdout.
+  std::string dir = make_temp_dir();
+  std::string script = "(" + kHvdrun + " -np 2 " + kWorker + " chatter 4000000 | (sleep 1; wc -c > " + dir +
+                       "/out.count)) 2>&1 >/dev/null | (sleep 2; wc -c > " + dir + "/err.count)";
+  auto o = run({"bash", "-c", script}, 60);
+  ASSERT_FALSE(o.timed_out) << "deadlock";
+  EXPECT_GT(std::stoll(read_file(dir + "/out.count")), 2 * 3'400'000);
+  EXPECT_GT(std::stoll(read_file(dir + "/err.count")), 2 * 450'000);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, CarriageReturnEndsALineAndLastPartialLineIsFlushed) {
+  auto o = run(hvd({"-np", "1", "printf", "10%%\\r20%%\\rdone\\nno newline"}), 30);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "[0]<stdout>:10%\r[0]<stdout>:20%\r[0]<stdout>:done\n[0]<stdout>:no newline\n");
+}
+
+TEST(Launch, TimestampPrefix) {
+  auto o = run(hvd({"-np", "1", "--prefix-output-with-timestamp", "echo", "hi"}), 30);
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_TRUE(std::regex_match(o.out, std::regex(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[0\]<stdout>:hi\n)")))
+      << o.out;
+}
+
+TEST(Launch, OutputFilenameWritesPerRankFiles) {
+  std::string dir = make_temp_dir();
+  auto o = run(hvd({"-np", "11", "--output-filename", dir, "sh", "-c", "echo o$RANK; echo e$RANK >&2"}), 30);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(read_file(dir + "/rank.00/stdout"), "o0\n");
+  EXPECT_EQ(read_file(dir + "/rank.10/stderr"), "e10\n");
+  EXPECT_NE(o.out.find("[10]<stdout>:o10\n"), std::string::npos);  // still echoed
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, WorkerEnvironmentAndWorkingDirectory) {
+  auto o = run(hvd({"-np", "2", "-x", "HVD_TEST_A=1", "-x", "HVD_TEST_B", "sh", "-c",
+                    "echo $HVD_TEST_A $HVD_TEST_B $LOCAL_RANK $LOCAL_WORLD_SIZE $WORLD_SIZE $GROUP_RANK "
+                    "$MASTER_ADDR ${MASTER_PORT:+port} $PYTHONUNBUFFERED $HOROVOD_HOSTNAME ${OLDPWD:-nooldpwd} $(pwd)"}),
+               30, {{"HVD_TEST_B", "fwd"}, {"OLDPWD", "/nowhere"}});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::string cwd = std::filesystem::current_path().string();
+  EXPECT_NE(o.out.find("[0]<stdout>:1 fwd 0 2 2 0 127.0.0.1 port 1 localhost nooldpwd " + cwd), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:1 fwd 1 2 2 0 127.0.0.1 port 1 localhost nooldpwd " + cwd), std::string::npos);
+}
+
+TEST(Launch, StdinGoesToRankZeroOnly) {
+  std::string input = "line one\nline two\n";
+  auto o = run(hvd({"-np", "2", "sh", "-c", "cat; echo end"}), 30, {}, &input);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:line one\n"), std::string::npos);
+  EXPECT_NE(o.out.find("[0]<stdout>:line two\n"), std::string::npos);
+  EXPECT_EQ(o.out.find("[1]<stdout>:line"), std::string::npos);
+  EXPECT_NE(o.out.find("[1]<stdout>:end\n"), std::string::npos);
+}
+
+TEST(Launch, FirstFailureTearsDownEveryGroupWithNoSurvivors) {
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  // Rank 2 fails with 7; the others and every child would sleep forever.
+  auto o = run(hvd({"-np", "4", "--kill-grace", "2", "sh", "-c",
+                    "if [ $RANK = 2 ]; then exec " + kWorker + " family " + pids + " 7; else exec " + kWorker +
+                        " family " + pids + " -1; fi"}),
+               60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 7);
+  EXPECT_NE(o.err.find("hvdrun: rank 2 (host localhost) exited with code 7"), std::string::npos) << o.err;
+  auto all = read_pids(pids);
+  EXPECT_EQ(all.size(), 8u);  // 4 workers + 4 children
+  EXPECT_TRUE(wait_gone(all, 0.5).empty()) << "processes left running after hvdrun exited";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, WorkerKilledBySignalIsReportedAs128PlusSignal) {
+  auto o = run(hvd({"-np", "2", "sh", "-c", "if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 30"}), 60);
+  EXPECT_EQ(o.exit_code, 137);
+  EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) was killed by signal 9 (SIGKILL)"), std::string::npos)
+      << o.err;
+}
+
+TEST(Launch, LingeringChildOfASuccessfulJobIsEnded) {
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  auto o = run(hvd({"-np", "2", "--kill-grace", "1", kWorker, "family", pids, "0"}), 60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto all = read_pids(pids);
+  EXPECT_EQ(all.size(), 4u);
+  EXPECT_TRUE(wait_gone(all, 0.5).empty());
+  std::filesystem::remove_all(dir);
+}
+
+class LaunchSignal : public ::testing::TestWithParam<int> {};
+
+TEST_P(LaunchSignal, TearsDownAndExitsWith128PlusSignal) {
+  int sig = GetParam();
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  Process p(hvd({"-np", "3", "--kill-grace", "2", kWorker, "family", pids, "-1"}));
+  ASSERT_TRUE(wait_for_lines(pids, 3, 20)) << "workers did not start";
+  p.signal(sig);
+  auto o = p.wait(30);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 128 + sig);
+  EXPECT_NE(o.err.find("hvdrun: received " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM")), std::string::npos)
+      << o.err;
+  EXPECT_TRUE(wait_gone(read_pids(pids), 0.5).empty());
+  std::filesystem::remove_all(dir);
+}
+INSTANTIATE_TEST_SUITE_P(IntTerm, LaunchSignal, ::testing::Values(SIGINT, SIGTERM));
+
+TEST(Launch, SigkillOfHvdrunLeavesNoWorkerNorChild) {
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  Process p(hvd({"-np", "4", "--kill-grace", "1", kWorker, "family", pids, "-1"}));
+  ASSERT_TRUE(wait_for_lines(pids, 4, 20));
+  p.signal(SIGKILL);
+  auto o = p.wait(10);
+  EXPECT_EQ(o.exit_code, 137);
+  auto all = read_pids(pids);
+  ASSERT_EQ(all.size(), 8u);
+  EXPECT_TRUE(wait_gone(all, 10).empty()) << "workers outlived a SIGKILLed hvdrun";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, Sigusr1IsForwardedToWorkers) {
+  std::string dir = make_temp_dir();
+  std::string ready = dir + "/ready";
+  Process p(hvd({"-np", "2", "sh", "-c",
+                 "trap 'echo got usr1; exit 0' USR1; echo $$ >> " + ready + "; while :; do sleep 0.05; done"}));
+  ASSERT_TRUE(wait_for_lines(ready, 2, 20));
+  p.signal(SIGUSR1);
+  auto o = p.wait(30);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:got usr1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got usr1"), std::string::npos) << o.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, SixtyFourLocalWorkers) {
+  auto o = run(hvd({"-np", "64", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE"}), 60);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto lines = split_lines(o.out);
+  ASSERT_EQ(lines.size(), 64u);
+  std::set<std::string> got(lines.begin(), lines.end());
+  for (int r = 0; r < 64; ++r) {
+    std::string rs = std::to_string(r);
+    EXPECT_TRUE(got.count("[" + rs + "]<stdout>:" + rs + " " + rs + " 64")) << r;
+  }
+}
+
+TEST(Launch, ExitCodes) {
+  EXPECT_EQ(run(hvd({"-np", "2", "true"})).exit_code, 0);
+  EXPECT_EQ(run(hvd({"-np", "2", "sh", "-c", "exit $((RANK + 3))"})).exit_code, 3);
+  auto nf = run(hvd({"-np", "2", "no-such-program-hvdrun"}));
+  EXPECT_EQ(nf.exit_code, 127);
+  EXPECT_EQ(nf.err, "hvdrun: no-such-program-hvdrun: command not found\n");
+  std::string dir = make_temp_dir();
+  std::ofstream(dir + "/plain") << "echo hi\n";
+  chmod((dir + "/plain").c_str(), 0644);
+  auto nx = run(hvd({"-np", "1", dir + "/plain"}));
+  EXPECT_EQ(nx.exit_code, 126);
+  EXPECT_EQ(nx.err, "hvdrun: " + dir + "/plain: permission denied\n");
+  auto isdir = run(hvd({"-np", "1", dir}));
+  EXPECT_EQ(isdir.exit_code, 126);
+  EXPECT_EQ(isdir.err, "hvdrun: " + dir + ": is a directory\n");
+  std::filesystem::remove_all(dir);
+  auto usage = run(hvd({"-np", "2", "-H", "a:1", "true"}));
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_EQ(usage.err, "hvdrun: requested more processes (2) than there are available slots (1)\n");
+  EXPECT_EQ(usage.out, "");
+  auto remote = run(hvd({"-H", "unresolvable-host-x:1", "true"}));
+  EXPECT_EQ(remote.exit_code, 3);
+}
+
+TEST(Launch, BadInputIsOneLineAndLaunchesNothing) {
+  std::string dir = make_temp_dir();
+  std::string marker = dir + "/ran";
+  std::string hf = dir + "/hosts";
+  std::ofstream(hf) << "localhost slots=2\nlocalhost gpus=2\n";
+  std::vector<std::vector<std::string>> bad = {
+      {"-np", "two", "touch", marker},       {"-H", "localhost:x", "touch", marker},
+      {"--hostfile", hf, "touch", marker},   {"-np", "1", "--kill-grace", "-1", "touch", marker},
+      {"-np", "1", "-x", "1BAD", "touch", marker}, {"--frobnicate", "touch", marker},
+      {"-np", "1"},
+  };
+  for (const auto& args : bad) {
+    auto o = run(hvd(args), 30);
+    EXPECT_EQ(o.exit_code, 2) << args[0];
+    auto lines = split_lines(o.err);
+    ASSERT_EQ(lines.size(), 1u) << o.err;
+    EXPECT_EQ(lines[0].rfind("hvdrun: ", 0), 0u) << o.err;
+    EXPECT_EQ(o.out, "");
+  }
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  auto o = run(hvd({"--hostfile", hf, "true"}), 30);
+  EXPECT_EQ(o.err, "hvdrun: " + hf + ":2: unexpected token 'gpus=2'; expected 'host slots=N', 'host:N' or 'host'\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Launch, DryRunPrintsThePlanWithUnresolvableHosts) {
+  auto o = run(hvd({"--dry-run", "-H", "no-such-host-1:2,[::1]:1", "python3", "train.py", "--epochs", "1"}), 30);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto lines = split_lines(o.out);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0],
+            R"({"rank":0,"size":3,"local_rank":0,"local_size":2,"cross_rank":0,"cross_size":2,"host":"no-such-host-1","argv":["python3","train.py","--epochs","1"]})");
+  EXPECT_EQ(lines[2],
+            R"({"rank":2,"size":3,"local_rank":0,"local_size":1,"cross_rank":1,"cross_size":2,"host":"::1","argv":["python3","train.py","--epochs","1"]})");
+}
+
+TEST(Launch, PyTorchDdpJobRunsUnchanged) {
+  if (run({"/usr/bin/python3", "-c", "import torch.distributed"}, 120).exit_code != 0)
+    GTEST_SKIP() << "Debian's python3-torch is not installed for /usr/bin/python3";
+  std::string script = std::string(TEST_SOURCE_DIR) + "/integration/ddp_train.py";
+  auto o = run(hvd({"-np", "3", "/usr/bin/python3", script}), 240);
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.err.substr(0, 3000);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(o.out.find("[" + std::to_string(r) + "]<stdout>:rank " + std::to_string(r) + "/3 ok"), std::string::npos)
+        << o.out;
+}

@@ -1,0 +1,78 @@
+#include "launcher/options.h"
+
+#include <gtest/gtest.h>
+
+namespace hvdrun {
+
+Result<ParsedCommandLine> parse(std::vector<std::string> args) { return parse_command_line(args); }
+
+TEST(Options, HorovodStyleCommandLine) {
+  auto r = parse({"-np", "8", "-H", "a:4,b:4", "-p", "2222", "-i", "/k", "--start-timeout", "12", "-x", "A=1", "-x",
+                  "B", "--output-filename", "/tmp/o", "--verbose", "python", "train.py", "-np", "3", "--lr=1"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& o = r->options;
+  EXPECT_EQ(o.np, 8);
+  EXPECT_EQ(o.hosts, "a:4,b:4");
+  EXPECT_EQ(o.ssh_port, 2222);
+  EXPECT_EQ(o.ssh_identity_file, "/k");
+  EXPECT_DOUBLE_EQ(o.start_timeout, 12);
+  EXPECT_EQ(o.env, (std::vector<std::string>{"A=1", "B"}));
+  EXPECT_EQ(o.output_dir, "/tmp/o");
+  EXPECT_EQ(o.log_level, "debug");
+  EXPECT_EQ(o.command, (std::vector<std::string>{"python", "train.py", "-np", "3", "--lr=1"}));
+}
+
+TEST(Options, DoubleDashAndDefaults) {
+  auto r = parse({"-np", "2", "--", "-weird", "x"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->options.command, (std::vector<std::string>{"-weird", "x"}));
+  EXPECT_DOUBLE_EQ(r->options.start_timeout, 30);
+  EXPECT_DOUBLE_EQ(r->options.kill_grace, 5);
+  r = parse({"-H", "a:2", "true"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->options.np, 0);
+}
+
+TEST(Options, StartTimeoutFromEnvironment) {
+  setenv("HVDRUN_START_TIMEOUT", "7", 1);
+  auto r = parse({"-np", "1", "true"});
+  unsetenv("HVDRUN_START_TIMEOUT");
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->options.start_timeout, 7);
+}
+
+TEST(Options, UsageErrorsAreOneLineExitTwo) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* part;
+  } cases[] = {
+      {{"-np", "abc", "true"}, "-np 'abc': expected an integer"},
+      {{"-np", "0", "true"}, "-np '0': expected an integer from 1"},
+      {{"-np", "2"}, "missing command"},
+      {{"true"}, "-np is required"},
+      {{"-H", "a", "--hostfile", "f", "true"}, "cannot be used together"},
+      {{"--bogus", "true"}, "unknown option '--bogus'"},
+      {{"-np", "1", "--start-timeout", "soon", "true"}, "--start-timeout 'soon': expected a number"},
+      {{"-np", "1", "-p", "70000", "true"}, "--ssh-port '70000'"},
+      {{"-np", "1", "--log-level", "loud", "true"}, "loud"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_FALSE(r.ok()) << c.part;
+    EXPECT_EQ(r.error().code, 2);
+    EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
+  }
+}
+
+TEST(Options, HelpAndVersion) {
+  auto r = parse({"--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->action, ParsedCommandLine::Action::kPrintAndExit);
+  EXPECT_NE(r->print.find("--hostfile"), std::string::npos);
+  r = parse({"--version"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->print.find("hvdrun "), std::string::npos);
+}
+
+}  // namespace hvdrun

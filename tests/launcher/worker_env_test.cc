@@ -1,0 +1,62 @@
+#include "launcher/worker_env.h"
+
+#include <gtest/gtest.h>
+
+namespace hvdrun {
+
+TEST(WorkerEnv, ContractAndFiltering) {
+  std::map<std::string, std::string> launcher{{"PATH", "/bin"}, {"OLDPWD", "/x"}, {"BASH_FUNC_f%%", "() {}"},
+                                              {"HOME", "/root"}, {"RANK", "99"}};
+  JobEnv job;
+  job.master_addr = "10.0.0.1";
+  job.master_port = 29500;
+  job.rendezvous_addr = "10.0.0.1";
+  job.rendezvous_port = 4000;
+  job.secret_hex = "ab";
+  job.iface = "eth1";
+  RankInfo r{5, 8, 1, 4, 1, 2, 1, "node2"};
+  auto env = build_worker_env(launcher, {{"FOO", "bar"}}, job, r, 1);
+  EXPECT_EQ(env.count("OLDPWD"), 0u);
+  EXPECT_EQ(env.count("BASH_FUNC_f%%"), 0u);
+  EXPECT_EQ(env["PATH"], "/bin");
+  EXPECT_EQ(env["FOO"], "bar");
+  EXPECT_EQ(env["HOROVOD_RANK"], "5");
+  EXPECT_EQ(env["HOROVOD_SIZE"], "8");
+  EXPECT_EQ(env["HOROVOD_LOCAL_RANK"], "1");
+  EXPECT_EQ(env["HOROVOD_LOCAL_SIZE"], "4");
+  EXPECT_EQ(env["HOROVOD_CROSS_RANK"], "1");
+  EXPECT_EQ(env["HOROVOD_CROSS_SIZE"], "2");
+  EXPECT_EQ(env["HOROVOD_HOSTNAME"], "node2");
+  EXPECT_EQ(env["RANK"], "5");  // the contract wins over an inherited value
+  EXPECT_EQ(env["WORLD_SIZE"], "8");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+  EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
+  EXPECT_EQ(env["HVDRUN_RENDEZVOUS_ADDR"], "10.0.0.1");
+  EXPECT_EQ(env["HVDRUN_RENDEZVOUS_PORT"], "4000");
+  EXPECT_EQ(env["HVDRUN_SECRET"], "ab");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth1");
+  auto strs = env_to_strings(env);
+  EXPECT_NE(std::find(strs.begin(), strs.end(), "HOROVOD_RANK=5"), strs.end());
+}
+
+TEST(WorkerEnv, EnvOverrides) {
+  std::map<std::string, std::string> launcher{{"A", "1"}};
+  auto r = parse_env_overrides({"A", "B=2", "C="}, launcher);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].value, "1");
+  EXPECT_EQ((*r)[1].value, "2");
+  EXPECT_EQ((*r)[2].value, "");
+  auto missing = parse_env_overrides({"NOPE"}, launcher);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().message, "-x 'NOPE': NOPE is not set in hvdrun's environment; use -x NOPE=VALUE");
+  EXPECT_FALSE(parse_env_overrides({"1A=2"}, launcher).ok());
+  EXPECT_FALSE(parse_env_overrides({"=2"}, launcher).ok());
+  EXPECT_FALSE(parse_env_overrides({"A-B=2"}, launcher).ok());
+}
+
+}  // namespace hvdrun

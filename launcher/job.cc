@@ -9,7 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/strings.h"
 #include "common/unique_fd.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/server.h"
+#include "common/net.h"
 #include "launcher/agent.h"
 #include "launcher/local_host.h"
 #include "launcher/output_sink.h"
@@ -104,11 +108,26 @@ int run_job(const LaunchOptions& opts, char** envp) {
   if (!port) return fail(port.error());
   job.master_port = *port;
   job.iface = opts.network_interface;
+  job.start_timeout = opts.start_timeout;
+  // The rendezvous listens on loopback when every host is this machine, else on the
+  // address of --network-interface.
+  job.rendezvous_addr = "127.0.0.1";
+  if (!opts.network_interface.empty()) {
+    auto a = interface_address(opts.network_interface);
+    if (!a) return fail(make_error("--network-interface: " + a.error().message, exit_code::kUsage));
+    job.rendezvous_addr = *a;
+  }
+  std::string secret = rdv::new_secret();
+  job.secret_hex = to_hex(secret.data(), secret.size());
 
   // Resolve the program once, with the workers' PATH, before anything starts.
   auto first_env = build_worker_env(launcher_env, plan->env_overrides, job, plan->ranks[0], 0);
   auto exe = resolve_program(opts.command[0], first_env.count("PATH") ? first_env.at("PATH") : "");
   if (!exe) return fail(exe.error());
+
+  // The watchdog is forked before any thread of ours exists.
+  auto watchdog = Watchdog::start(opts.kill_grace);
+  if (!watchdog) return fail(watchdog.error());
 
   std::vector<int> rank_ids;
   for (const auto& r : plan->ranks) rank_ids.push_back(r.rank);
@@ -117,10 +136,36 @@ int run_job(const LaunchOptions& opts, char** envp) {
   oo.output_dir = opts.output_dir;
   oo.timestamps = opts.timestamps;
   auto sink = TaggedOutput::create(oo, rank_ids);
-  if (!sink) return fail(sink.error());
+  if (!sink) {
+    watchdog->disarm();
+    return fail(sink.error());
+  }
+  AgentOptions ao;
+  ao.kill_grace = opts.kill_grace;
+  LocalAgent agent(ao, **sink, &*watchdog);
 
-  auto watchdog = Watchdog::start(opts.kill_grace);
-  if (!watchdog) return fail(watchdog.error());
+  rdv::ServerOptions so;
+  so.bind_address = job.rendezvous_addr;
+  so.port = opts.rendezvous_port;
+  so.secret = secret;
+  so.start_timeout = opts.start_timeout;
+  for (const auto& r : plan->ranks) so.ranks.push_back({r.host, r.local_rank});
+  rdv::ServerCallbacks cb;
+  const JobPlan& p = *plan;
+  cb.on_fatal = [&agent, &p](int rank, const std::string& message) {
+    std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " (host " + p.ranks[rank].host + ")" : "a worker";
+    agent.request_teardown("hvdrun: " + who + ": " + message, 1);
+  };
+  cb.on_start_timeout = [&agent](const std::string& message) {
+    agent.request_teardown(message, exit_code::kStartTimeout);
+  };
+  auto server = rdv::Server::start(so, cb);
+  if (!server) {
+    watchdog->disarm();
+    return fail(server.error());
+  }
+  job.rendezvous_port = (*server)->port();
+  spdlog::debug("rendezvous listening on {}:{}", job.rendezvous_addr, job.rendezvous_port);
 
   std::vector<WorkerLaunch> launches;
   for (const auto& r : plan->ranks) {
@@ -134,11 +179,9 @@ int run_job(const LaunchOptions& opts, char** envp) {
   }
   spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", launches.size(),
                 plan->hosts.size(), job.master_addr, job.master_port);
-
-  AgentOptions ao;
-  ao.kill_grace = opts.kill_grace;
-  LocalAgent agent(ao, **sink, &*watchdog);
+  (*server)->begin_start_timer();
   AgentResult res = agent.run(std::move(launches));
+  server->reset();
   watchdog->disarm();
   return res.exit_code;
 }

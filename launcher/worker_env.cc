@@ -1,6 +1,7 @@
 #include "launcher/worker_env.h"
 
 #include <cctype>
+#include <cstdio>
 
 #include "common/strings.h"
 
@@ -81,6 +82,9 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     set("HVDRUN_RENDEZVOUS_ADDR", job.rendezvous_addr);
     seti("HVDRUN_RENDEZVOUS_PORT", job.rendezvous_port);
     set("HVDRUN_SECRET", job.secret_hex);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%g", job.start_timeout);
+    set("HVDRUN_START_TIMEOUT", buf);
   }
   if (!job.iface.empty()) {
     set("HVDRUN_IFACE", job.iface);

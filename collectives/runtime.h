@@ -1,0 +1,56 @@
+// The worker's runtime state behind the C API: who this rank is, the rendezvous
+// connection, and the data-plane listener. One per process.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "rendezvous/client.h"
+#include "transport/socket_util.h"
+
+namespace hvdrun {
+
+struct RankView {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  std::string host = "localhost";
+};
+
+// Error with an hvd error code (HVD_ERR_*) in Error::code.
+class Runtime {
+ public:
+  static Runtime& instance();
+
+  Status init();
+  Status shutdown();
+  bool initialized() const { return initialized_; }
+  const RankView& view() const { return view_; }
+  Status barrier();
+
+  // Reports a fatal error to hvdrun, which tears the job down with it (best effort).
+  void report_fatal(const std::string& message);
+
+  std::mutex& mutex() { return mu_; }
+  rdv::Client* rendezvous() { return client_ ? &*client_ : nullptr; }
+  const rdv::Registered& ring() const { return ring_; }
+  const std::string& secret() const { return secret_; }
+  transport::Listener& listener() { return listener_; }
+
+ private:
+  std::mutex mu_;
+  bool initialized_ = false;
+  RankView view_;
+  std::string secret_;
+  std::optional<rdv::Client> client_;
+  rdv::Registered ring_;
+  transport::Listener listener_;
+  uint64_t barrier_seq_ = 0;
+};
+
+// Reads the rank contract from the environment (pure over a getter, for tests).
+Result<RankView> rank_view_from_env(const std::function<const char*(const char*)>& getenv_fn);
+
+}  // namespace hvdrun

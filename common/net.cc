@@ -1,0 +1,33 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace hvdrun {
+
+Result<std::string> interface_address(const std::string& iface) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
+  std::string v4, v6;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || iface != i->ifa_name) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      v4 = buf;
+    } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
+      v6 = buf;
+    }
+  }
+  freeifaddrs(ifs);
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  return make_error("network interface '" + iface + "' has no IP address (or does not exist)");
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,246 @@
+#include "rendezvous/client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "rendezvous/auth.h"
+
+namespace hvdrun::rdv {
+namespace {
+
+int ms_until(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 1 << 30));
+}
+
+Clock::time_point after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// One non-blocking connect attempt, bounded by the deadline.
+Result<UniqueFd> try_connect(const sockaddr_storage& sa, socklen_t len, Clock::time_point deadline) {
+  UniqueFd fd(socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return make_error(std::string("socket: ") + std::strerror(errno));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
+    if (errno != EINPROGRESS) return make_error(std::strerror(errno), errno);
+    pollfd p{fd.get(), POLLOUT, 0};
+    int n = poll(&p, 1, ms_until(deadline));
+    if (n == 0) return make_error("connection timed out", ETIMEDOUT);
+    int err = 0;
+    socklen_t elen = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err) return make_error(std::strerror(err), err);
+  }
+  int one = 1;
+  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+}  // namespace
+
+Result<Client> Client::connect(const std::string& addr, int port, const std::string& secret,
+                               Clock::time_point deadline) {
+  Client c;
+  c.endpoint_ = addr + ":" + std::to_string(port);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  int gai = getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0) return make_error("rendezvous " + c.endpoint_ + ": " + gai_strerror(gai));
+  sockaddr_storage sa{};
+  socklen_t salen = static_cast<socklen_t>(res->ai_addrlen);
+  std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+
+  std::mt19937 rng(std::random_device{}());
+  double backoff = 0.01;
+  while (true) {
+    auto fd = try_connect(sa, salen, deadline);
+    if (fd) {
+      c.fd_ = std::move(*fd);
+      break;
+    }
+    int err = fd.error().code;
+    bool transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+                     err == EAGAIN || err == ECONNRESET;
+    if (!transient || Clock::now() >= deadline)
+      return make_error("rendezvous " + c.endpoint_ + ": connect: " + fd.error().message);
+    double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng),
+                            std::chrono::duration<double>(deadline - Clock::now()).count());
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));
+    backoff = std::min(backoff * 2, 1.0);
+  }
+
+  // Mutual authentication.
+  std::string client_nonce = random_bytes(kNonceBytes);
+  if (auto s = c.send(MsgType::kHello, client_nonce, deadline); !s) return s.error();
+  auto ch = c.recv(deadline, kMaxFrameBeforeAuth);
+  if (!ch) return ch.error();
+  if (ch->type != MsgType::kChallenge || ch->payload.size() != kNonceBytes + kMacBytes)
+    return make_error("rendezvous " + c.endpoint_ + ": unexpected reply to hello (" + msg_type_name(ch->type) + ")");
+  std::string server_nonce = ch->payload.substr(0, kNonceBytes);
+  if (!constant_time_equal(ch->payload.substr(kNonceBytes), server_proof(secret, client_nonce, server_nonce)))
+    return make_error("rendezvous " + c.endpoint_ +
+                      ": the server failed authentication (wrong HVDRUN_SECRET, or not this job's hvdrun)");
+  if (auto s = c.send(MsgType::kAuth, client_proof(secret, server_nonce, client_nonce), deadline); !s)
+    return s.error();
+  auto ok = c.recv(deadline, kMaxFrameBeforeAuth);
+  if (!ok) return ok.error();
+  if (ok->type != MsgType::kAuthOk)
+    return make_error("rendezvous " + c.endpoint_ + ": authentication refused by the server");
+  return c;
+}
+
+Status Client::send(MsgType type, const std::string& payload, Clock::time_point deadline) {
+  std::string frame = encode_frame(type, payload);
+  size_t off = 0;
+  while (off < frame.size()) {
+    ssize_t n = ::send(fd_.get(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_.get(), POLLOUT, 0};
+      if (poll(&p, 1, ms_until(deadline)) == 0)
+        return make_error("rendezvous " + endpoint_ + ": send timed out", ETIMEDOUT);
+      continue;
+    }
+    return make_error("rendezvous " + endpoint_ + ": connection lost (" + std::strerror(errno) + ")");
+  }
+  return {};
+}
+
+Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
+  auto read_exact = [&](char* buf, size_t len) -> Status {
+    size_t off = 0;
+    while (off < len) {
+      ssize_t n = ::recv(fd_.get(), buf + off, len - off, 0);
+      if (n > 0) {
+        off += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0) return make_error("rendezvous " + endpoint_ + ": connection lost (closed by hvdrun)");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollfd p{fd_.get(), POLLIN, 0};
+        if (poll(&p, 1, ms_until(deadline)) == 0)
+          return make_error("rendezvous " + endpoint_ + ": no reply before the deadline", ETIMEDOUT);
+        continue;
+      }
+      return make_error("rendezvous " + endpoint_ + ": connection lost (" + std::strerror(errno) + ")");
+    }
+    return {};
+  };
+  char header[kHeaderBytes];
+  if (auto s = read_exact(header, sizeof header); !s) return s.error();
+  auto len = decode_length(header, max_frame);
+  if (!len) return wrap(len.error(), "rendezvous " + endpoint_);
+  std::string body(*len, '\0');
+  if (auto s = read_exact(body.data(), body.size()); !s) return s.error();
+  auto f = decode_body(body);
+  if (!f) return wrap(f.error(), "rendezvous " + endpoint_);
+  if (f->type == MsgType::kError) {
+    auto m = decode_string(f->payload);
+    return make_error("rendezvous " + endpoint_ + ": " + (m ? *m : std::string("error")));
+  }
+  return f;
+}
+
+Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time_point deadline) {
+  if (auto s = send(type, payload, deadline); !s) return s.error();
+  return recv(deadline);
+}
+
+Result<Registered> Client::register_rank(const RegisterRequest& req, Clock::time_point deadline) {
+  auto f = call(MsgType::kRegister, encode_register(req), deadline);
+  if (!f) {
+    if (f.error().code == ETIMEDOUT)
+      return make_error("rendezvous " + endpoint_ + ": not every rank registered before the start time-out",
+                        ETIMEDOUT);
+    return f.error();
+  }
+  if (f->type != MsgType::kRegistered) return make_error("rendezvous: unexpected reply to register");
+  return decode_registered(f->payload);
+}
+
+Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
+  auto f = call(MsgType::kGetPeer, encode_i64(rank), deadline);
+  if (!f) return f.error();
+  if (f->type == MsgType::kNotFound) return make_error("rendezvous: rank " + std::to_string(rank) + " is unknown");
+  return decode_peer(f->payload);
+}
+
+Status Client::set(const std::string& key, const std::string& value) {
+  auto f = call(MsgType::kSet, encode_key_value(key, value), after(60));
+  if (!f) return f.error();
+  return {};
+}
+
+Result<std::string> Client::get(const std::string& key) {
+  auto f = call(MsgType::kGet, encode_string(key), after(60));
+  if (!f) return f.error();
+  if (f->type == MsgType::kNotFound) return make_error("key '" + key + "' not found", kNotFoundCode);
+  return decode_string(f->payload);
+}
+
+Status Client::wait(const std::vector<std::string>& keys, double timeout_s) {
+  uint32_t ms = static_cast<uint32_t>(std::min(timeout_s, 4e6) * 1000);
+  // The server answers at its own deadline; ours is a little later so its answer wins.
+  auto f = call(MsgType::kWait, encode_wait(ms, keys), after(timeout_s + 5));
+  if (!f) return f.error();
+  if (f->type == MsgType::kTimeout) {
+    auto missing = decode_keys(f->payload);
+    std::string list;
+    if (missing)
+      for (const auto& k : *missing) list += (list.empty() ? "" : ", ") + k;
+    return make_error("wait timed out after " + std::to_string(timeout_s) + " s for key(s): " + list, ETIMEDOUT);
+  }
+  return {};
+}
+
+Result<int64_t> Client::add(const std::string& key, int64_t delta) {
+  auto f = call(MsgType::kAdd, encode_add(key, delta), after(60));
+  if (!f) return f.error();
+  return decode_i64(f->payload);
+}
+
+Status Client::barrier(const std::string& name, int n, double timeout_s) {
+  auto count = add(name + "/count", 1);
+  if (!count) return count.error();
+  std::string done = name + "/done";
+  if (*count == n) return set(done, "1");
+  return wait({done}, timeout_s);
+}
+
+Status Client::report_fatal(const std::string& message) {
+  auto f = call(MsgType::kFatal, encode_string(message), after(5));
+  if (!f) return f.error();
+  return {};
+}
+
+std::string Client::local_address() const {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&sa)->sin_addr, buf, sizeof buf);
+  else
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&sa)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+}  // namespace hvdrun::rdv

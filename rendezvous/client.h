@@ -1,0 +1,57 @@
+// The worker's side of the rendezvous: blocking calls, each with a deadline, over one
+// authenticated TCP connection. Used by libhvdrun's hvd_init and its collectives.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "rendezvous/protocol.h"
+
+namespace hvdrun::rdv {
+
+using Clock = std::chrono::steady_clock;
+
+// Connects to addr:port, retrying refused or unreachable connections with exponential
+// backoff and jitter until `deadline`; then authenticates both ways. A server that fails
+// its proof, or refuses ours, is an error at once (no retry).
+class Client {
+ public:
+  static Result<Client> connect(const std::string& addr, int port, const std::string& secret,
+                                Clock::time_point deadline);
+
+  Client(Client&&) = default;
+  Client& operator=(Client&&) = default;
+
+  // Registers and waits (until `deadline`) for every rank to register.
+  Result<Registered> register_rank(const RegisterRequest& req, Clock::time_point deadline);
+  Result<PeerInfo> get_peer(int rank, Clock::time_point deadline);
+
+  Status set(const std::string& key, const std::string& value);
+  Result<std::string> get(const std::string& key);  // error code kNotFoundCode when absent
+  Status wait(const std::vector<std::string>& keys, double timeout_s);
+  Result<int64_t> add(const std::string& key, int64_t delta);
+  // set+wait helper: every one of `n` participants calls it with the same name.
+  Status barrier(const std::string& name, int n, double timeout_s);
+  Status report_fatal(const std::string& message);
+
+  const std::string& endpoint() const { return endpoint_; }
+  // This side's address of the connection (what the server sees us as).
+  std::string local_address() const;
+  int fd() const { return fd_.get(); }
+
+  static constexpr int kNotFoundCode = 44;
+
+ private:
+  Client() = default;
+  Status send(MsgType type, const std::string& payload, Clock::time_point deadline);
+  Result<Frame> recv(Clock::time_point deadline, size_t max_frame = kMaxFrame);
+  Result<Frame> call(MsgType type, const std::string& payload, Clock::time_point deadline);
+
+  UniqueFd fd_;
+  std::string endpoint_;
+};
+
+}  // namespace hvdrun::rdv

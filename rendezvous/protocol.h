@@ -1,0 +1,105 @@
+// The rendezvous wire protocol (docs/RENDEZVOUS.md). Every frame is
+//   u32 length (of what follows) | u8 version | u8 type | payload
+// little-endian. Pure encode/decode; no I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hvdrun::rdv {
+
+constexpr uint8_t kProtocolVersion = 1;
+constexpr size_t kHeaderBytes = 4;
+constexpr size_t kMaxFrameBeforeAuth = 256;       // hello and auth frames are tiny
+constexpr size_t kMaxFrame = 4u << 20;            // after authentication
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
+constexpr size_t kMaxKeyBytes = 1024;
+constexpr size_t kMaxWaitKeys = 1024;
+
+enum class MsgType : uint8_t {
+  // Handshake (both directions proved with HMAC-SHA256 of the job secret).
+  kHello = 1,      // c->s: client nonce
+  kChallenge = 2,  // s->c: server nonce, server proof
+  kAuth = 3,       // c->s: client proof
+  kAuthOk = 4,     // s->c
+  kError = 5,      // s->c: message; the server closes after it
+  // Registration.
+  kRegister = 10,    // c->s: rank, size, host, data address, data port
+  kRegistered = 11,  // s->c (when every rank has registered): left and right neighbours
+  kGetPeer = 12,     // c->s: rank
+  kPeer = 13,        // s->c: PeerInfo
+  // Key-value store, scoped to the job.
+  kSet = 20,       // c->s: key, value
+  kGet = 21,       // c->s: key
+  kWait = 22,      // c->s: timeout ms, keys
+  kAdd = 23,       // c->s: key, delta
+  kValue = 24,     // s->c: value
+  kOk = 25,        // s->c
+  kNotFound = 26,  // s->c
+  kTimeout = 27,   // s->c: the keys still missing
+  kCounter = 28,   // s->c: i64 after add
+  // Fatal error of a worker: hvdrun tears the job down with this message.
+  kFatal = 30,  // c->s: message
+};
+
+const char* msg_type_name(MsgType t);
+
+struct Frame {
+  uint8_t version = kProtocolVersion;
+  MsgType type = MsgType::kError;
+  std::string payload;
+};
+
+// Encodes a whole frame, header included.
+std::string encode_frame(MsgType type, std::string_view payload);
+// Reads the length from a 4-byte header; an error when it exceeds `max_frame` or is < 2.
+Result<uint32_t> decode_length(const char header[kHeaderBytes], size_t max_frame);
+// Decodes the body (version, type, payload) that followed a header. Rejects other versions.
+Result<Frame> decode_body(std::string_view body);
+
+struct PeerInfo {
+  int32_t rank = -1;
+  std::string host;  // as written in -H
+  std::string addr;  // data-plane address
+  int32_t port = 0;
+  bool operator==(const PeerInfo&) const = default;
+};
+
+struct RegisterRequest {
+  int32_t rank = -1, size = 0;
+  std::string host, addr;
+  int32_t port = 0;
+};
+
+struct Registered {
+  int32_t size = 0;
+  PeerInfo left, right;
+};
+
+std::string encode_register(const RegisterRequest& r);
+Result<RegisterRequest> decode_register(std::string_view payload);
+std::string encode_peer(const PeerInfo& p);
+Result<PeerInfo> decode_peer(std::string_view payload);
+std::string encode_registered(const Registered& r);
+Result<Registered> decode_registered(std::string_view payload);
+
+std::string encode_key_value(std::string_view key, std::string_view value);
+Result<std::pair<std::string, std::string>> decode_key_value(std::string_view payload);
+std::string encode_wait(uint32_t timeout_ms, const std::vector<std::string>& keys);
+Result<std::pair<uint32_t, std::vector<std::string>>> decode_wait(std::string_view payload);
+std::string encode_add(std::string_view key, int64_t delta);
+Result<std::pair<std::string, int64_t>> decode_add(std::string_view payload);
+std::string encode_string(std::string_view s);
+Result<std::string> decode_string(std::string_view payload);
+std::string encode_i64(int64_t v);
+Result<int64_t> decode_i64(std::string_view payload);
+std::string encode_keys(const std::vector<std::string>& keys);
+Result<std::vector<std::string>> decode_keys(std::string_view payload);
+
+}  // namespace hvdrun::rdv

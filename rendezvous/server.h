@@ -1,0 +1,61 @@
+// The rendezvous server that runs inside hvdrun (Boost.Asio, one thread). It authenticates
+// every connection, registers ranks, answers with ring neighbours once the job is complete,
+// serves a job-scoped key-value store (set/get/wait/add), and reports a worker's fatal
+// error or a start time-out to the launcher through callbacks (called on its thread).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hvdrun::rdv {
+
+struct ExpectedRank {
+  std::string host;
+  int local_rank = 0;
+};
+
+struct ServerOptions {
+  std::string bind_address = "127.0.0.1";
+  int port = 0;                      // 0: chosen by the OS
+  std::string secret;                // raw bytes
+  std::vector<ExpectedRank> ranks;   // index = rank; size = job size
+  double handshake_timeout = 10;     // seconds for a new connection to authenticate
+  double start_timeout = 30;         // seconds for every rank to register; <= 0: none
+};
+
+struct ServerCallbacks {
+  std::function<void(int rank, const std::string& message)> on_fatal;
+  std::function<void(const std::string& message)> on_start_timeout;
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> start(ServerOptions options, ServerCallbacks callbacks);
+  ~Server();  // stops the thread and closes every connection
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const std::string& address() const;
+  int port() const;
+  int registered() const;       // thread-safe
+  int rejected() const;         // connections refused (auth, garbage, limits); thread-safe
+  // Arms the start timer (call once the workers have been started).
+  void begin_start_timer();
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "rank 5 (host node2, local rank 1) did not reach the rendezvous at ADDR:PORT within 30 s",
+// one line per missing rank (the first `max_listed`, then a count).
+std::string start_timeout_message(const std::vector<int>& missing, const std::vector<ExpectedRank>& ranks,
+                                  const std::string& endpoint, double timeout, size_t max_listed = 8);
+
+}  // namespace hvdrun::rdv

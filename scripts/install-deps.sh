@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages hvdrun needs to build, test and benchmark, when missing.
+set -euo pipefail
+pkgs=(cmake g++ clang make pkg-config libboost-dev libssh-dev libcli11-dev libspdlog-dev
+      nlohmann-json3-dev libssl-dev googletest libgtest-dev libbenchmark-dev
+      openssh-server iproute2 procps man-db openmpi-bin libopenmpi-dev python3-torch python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every test (ctest), then
+# the runtime and launcher tests again under AddressSanitizer/UBSan and ThreadSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+(cd build && ctest --output-on-failure -j2 --timeout 300 -LE sanitize)
+if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
+  for san in address thread; do
+    BUILD_DIR=build-$san BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$san -DHVDRUN_BUILD_BENCH=OFF
+    (cd build-$san && ctest --output-on-failure -j2 --timeout 300 -L "sanitize-$san")
+  done
+fi
+echo "test.sh: all tests passed"

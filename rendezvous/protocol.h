@@ -22,6 +22,10 @@ constexpr size_t kMacBytes = 32;
 constexpr size_t kMaxKeyBytes = 1024;
 constexpr size_t kMaxWaitKeys = 1024;
 
+// Rank 0 publishes NCCL's 128-byte unique id under this key; the other ranks wait for it.
+constexpr const char* kNcclUniqueIdKey = "hvdrun/nccl/unique_id";
+constexpr size_t kNcclUniqueIdBytes = 128;
+
 enum class MsgType : uint8_t {
   // Handshake (both directions proved with HMAC-SHA256 of the job secret).
   kHello = 1,      // c->s: client nonce

@@ -298,8 +298,8 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kFatal: {
         auto m = decode_string(f.payload);
         if (!m) return fail(m.error().message), false;
-        send(MsgType::kOk, "");
         if (s.cbs.on_fatal) s.cbs.on_fatal(rank_, *m);
+        send(MsgType::kOk, "");
         return true;
       }
       default:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages hvdrun needs to build, test and benchmark, when missing.
 set -euo pipefail
-pkgs=(cmake g++ clang make pkg-config libboost-dev libssh-dev libcli11-dev libspdlog-dev
+pkgs=(cmake g++ clang libclang-rt-14-dev make pkg-config libboost-dev libssh-dev libcli11-dev libspdlog-dev
       nlohmann-json3-dev libssl-dev googletest libgtest-dev libbenchmark-dev
       openssh-server iproute2 procps man-db openmpi-bin libopenmpi-dev python3-torch python3-numpy)
 missing=()

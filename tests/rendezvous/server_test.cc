@@ -1,0 +1,326 @@
+// The rendezvous server in-process, with real sockets: clients as threads.
+#include "rendezvous/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/client.h"
+
+namespace hvdrun::rdv {
+namespace {
+
+Clock::time_point in(double s) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+struct Fixture {
+  std::string secret = new_secret();
+  std::unique_ptr<Server> server;
+  std::mutex mu;
+  std::vector<std::string> fatal, timeouts;
+
+  explicit Fixture(int size, double start_timeout = 0, double handshake_timeout = 10) {
+    ServerOptions o;
+    o.secret = secret;
+    o.start_timeout = start_timeout;
+    o.handshake_timeout = handshake_timeout;
+    for (int r = 0; r < size; ++r) o.ranks.push_back({"host" + std::to_string(r / 2), r % 2});
+    ServerCallbacks cb;
+    cb.on_fatal = [this](int rank, const std::string& m) {
+      std::lock_guard<std::mutex> lk(mu);
+      fatal.push_back(std::to_string(rank) + ": " + m);
+    };
+    cb.on_start_timeout = [this](const std::string& m) {
+      std::lock_guard<std::mutex> lk(mu);
+      timeouts.push_back(m);
+    };
+    auto s = Server::start(o, cb);
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+  }
+
+  Client connect(const std::string& key = "") {
+    auto c = Client::connect("127.0.0.1", server->port(), key.empty() ? secret : key, in(10));
+    EXPECT_TRUE(c.ok()) << c.error().message;
+    return std::move(*c);
+  }
+
+  // Runs a whole job of `size` client threads: connect, register, barrier.
+  void run_job(int size) {
+    std::vector<std::future<std::string>> ranks;
+    for (int r = 0; r < size; ++r)
+      ranks.push_back(std::async(std::launch::async, [this, r, size]() -> std::string {
+        auto c = Client::connect("127.0.0.1", server->port(), secret, in(10));
+        if (!c) return c.error().message;
+        auto g = c->register_rank({r, size, "h", "127.0.0.1", 1000 + r}, in(10));
+        if (!g) return g.error().message;
+        if (g->left.rank != (r + size - 1) % size || g->right.rank != (r + 1) % size) return "wrong neighbours";
+        if (g->right.port != 1000 + (r + 1) % size) return "wrong neighbour port";
+        auto b = c->barrier("b", size, 10);
+        return b ? "" : b.error().message;
+      }));
+    for (auto& f : ranks) EXPECT_EQ(f.get(), "");
+  }
+};
+
+// A raw TCP connection to the server, for misbehaving clients.
+UniqueFd raw_connect(int port) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+// True when the server closes the connection within `seconds` (reads until EOF).
+bool closed_by_server(int fd, double seconds) {
+  auto deadline = in(seconds);
+  char buf[256];
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+void wait_rejected(Server& s, int n) {
+  auto deadline = in(5);
+  while (s.rejected() < n && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+}  // namespace
+
+TEST(RendezvousServer, JobCompletesAndNeighboursAreRight) {
+  Fixture f(5);
+  f.run_job(5);
+  EXPECT_EQ(f.server->registered(), 5);
+  EXPECT_EQ(f.server->rejected(), 0);
+}
+
+TEST(RendezvousServer, WrongSecretFailsAtOnceBothWays) {
+  Fixture f(1);
+  auto start = Clock::now();
+  auto c = Client::connect("127.0.0.1", f.server->port(), new_secret(), in(30));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("the server failed authentication"), std::string::npos) << c.error().message;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << "retried until the deadline";
+}
+
+TEST(RendezvousServer, ClientWithWrongProofIsRefusedWhileAJobCompletes) {
+  Fixture f(3);
+  UniqueFd fd = raw_connect(f.server->port());
+  std::string hello = encode_frame(MsgType::kHello, random_bytes(kNonceBytes));
+  ASSERT_EQ(write(fd.get(), hello.data(), hello.size()), static_cast<ssize_t>(hello.size()));
+  char hdr[4];
+  ASSERT_EQ(read(fd.get(), hdr, 4), 4);
+  std::string body(*decode_length(hdr, kMaxFrame), '\0');
+  ASSERT_EQ(read(fd.get(), body.data(), body.size()), static_cast<ssize_t>(body.size()));
+  std::string auth = encode_frame(MsgType::kAuth, std::string(kMacBytes, 'x'));  // a guess
+  ASSERT_EQ(write(fd.get(), auth.data(), auth.size()), static_cast<ssize_t>(auth.size()));
+  f.run_job(3);
+  EXPECT_TRUE(closed_by_server(fd.get(), 5));
+  wait_rejected(*f.server, 1);
+  EXPECT_EQ(f.server->rejected(), 1);
+}
+
+TEST(RendezvousServer, GarbageOversizedWrongVersionAndSilentClientsAreClosed) {
+  Fixture f(4, 0, /*handshake_timeout=*/0.3);
+  UniqueFd garbage = raw_connect(f.server->port());
+  std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(write(garbage.get(), junk.data(), junk.size()), 0);
+  UniqueFd oversized = raw_connect(f.server->port());
+  uint32_t len = 1u << 30;
+  ASSERT_EQ(write(oversized.get(), &len, 4), 4);
+  UniqueFd version = raw_connect(f.server->port());
+  std::string v2 = encode_frame(MsgType::kHello, random_bytes(kNonceBytes));
+  v2[4] = 7;
+  ASSERT_GT(write(version.get(), v2.data(), v2.size()), 0);
+  UniqueFd silent = raw_connect(f.server->port());
+  // The job completes while they are connected.
+  f.run_job(4);
+  EXPECT_TRUE(closed_by_server(garbage.get(), 5));
+  EXPECT_TRUE(closed_by_server(oversized.get(), 5));
+  EXPECT_TRUE(closed_by_server(version.get(), 5));
+  EXPECT_TRUE(closed_by_server(silent.get(), 5));
+  wait_rejected(*f.server, 4);
+  EXPECT_EQ(f.server->rejected(), 4);
+}
+
+TEST(RendezvousServer, DuplicateAndOutOfRangeRanksAreRefused) {
+  Fixture f(2);
+  Client a = f.connect();
+  auto reg_a = std::async(std::launch::async, [&] { return a.register_rank({0, 2, "h", "127.0.0.1", 1}, in(10)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Client dup = f.connect();
+  auto d = dup.register_rank({0, 2, "h2", "127.0.0.1", 2}, in(10));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find("rank 0 is already registered (from host h)"), std::string::npos)
+      << d.error().message;
+  Client out = f.connect();
+  auto o = out.register_rank({5, 2, "h", "127.0.0.1", 3}, in(10));
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.error().message.find("rank 5 is out of range"), std::string::npos);
+  Client wrong_size = f.connect();
+  auto w = wrong_size.register_rank({1, 3, "h", "127.0.0.1", 3}, in(10));
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("says the job has 3 ranks; hvdrun started 2"), std::string::npos);
+  Client b = f.connect();
+  auto rb = b.register_rank({1, 2, "h", "127.0.0.1", 4}, in(10));
+  ASSERT_TRUE(rb.ok()) << rb.error().message;
+  ASSERT_TRUE(reg_a.get().ok());
+}
+
+TEST(RendezvousServer, KeyValueSemantics) {
+  Fixture f(1);
+  Client c = f.connect();
+  auto missing = c.get("nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Client::kNotFoundCode);
+  ASSERT_TRUE(c.set("k", "v1").ok());
+  ASSERT_TRUE(c.set("k", "v2").ok());  // overwrite
+  EXPECT_EQ(*c.get("k"), "v2");
+  EXPECT_EQ(*c.add("ctr", 5), 5);
+  EXPECT_EQ(*c.add("ctr", -2), 3);
+  EXPECT_EQ(*c.get("ctr"), "3");
+  EXPECT_FALSE(c.add("k", 1).ok());  // not an integer: an error, and the connection is closed
+  Client d = f.connect();
+  EXPECT_TRUE(d.wait({"k", "ctr"}, 1).ok());  // present already
+  auto t = d.wait({"k", "later", "never"}, 0.2);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().code, ETIMEDOUT);
+  EXPECT_NE(t.error().message.find("later, never"), std::string::npos) << t.error().message;
+  // A wait is satisfied by another client's set.
+  auto waiter = std::async(std::launch::async, [&] { return d.wait({"a", "b"}, 10); });
+  Client e = f.connect();
+  ASSERT_TRUE(e.set("a", "1").ok());
+  ASSERT_TRUE(e.set("b", "2").ok());
+  EXPECT_TRUE(waiter.get().ok());
+}
+
+TEST(RendezvousServer, NcclUniqueIdRelay) {
+  const int n = 4;
+  Fixture f(n);
+  std::string uid(kNcclUniqueIdBytes, '\0');
+  for (size_t i = 0; i < uid.size(); ++i) uid[i] = static_cast<char>(255 - i);
+  std::vector<std::future<std::string>> got;
+  for (int r = 1; r < n; ++r)
+    got.push_back(std::async(std::launch::async, [&]() -> std::string {
+      Client c = f.connect();
+      auto w = c.wait({kNcclUniqueIdKey}, 10);
+      if (!w) return "wait: " + w.error().message;
+      auto v = c.get(kNcclUniqueIdKey);
+      return v ? *v : "get: " + v.error().message;
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Client root = f.connect();
+  ASSERT_TRUE(root.set(kNcclUniqueIdKey, uid).ok());
+  for (auto& g : got) EXPECT_EQ(g.get(), uid);
+}
+
+TEST(RendezvousServer, StartTimeoutNamesTheMissingRanks) {
+  Fixture f(4, /*start_timeout=*/0.3);
+  f.server->begin_start_timer();
+  std::vector<Client> clients;
+  std::vector<std::future<Result<Registered>>> regs;
+  clients.push_back(f.connect());
+  clients.push_back(f.connect());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    int r = i == 0 ? 0 : 2;
+    regs.push_back(std::async(std::launch::async, [&, i, r] {
+      return clients[i].register_rank({r, 4, "h", "127.0.0.1", 1}, in(2));
+    }));
+  }
+  for (auto& g : regs) EXPECT_FALSE(g.get().ok());  // the job never completes
+  std::lock_guard<std::mutex> lk(f.mu);
+  ASSERT_EQ(f.timeouts.size(), 1u);
+  std::string endpoint = "127.0.0.1:" + std::to_string(f.server->port());
+  EXPECT_EQ(f.timeouts[0],
+            "hvdrun: rank 1 (host host0, local rank 1) did not reach the rendezvous at " + endpoint + " within 0.3 s\n"
+            "hvdrun: rank 3 (host host1, local rank 1) did not reach the rendezvous at " + endpoint + " within 0.3 s");
+}
+
+TEST(RendezvousServer, StartTimeoutMessageListsTheFirstFewThenACount) {
+  std::vector<ExpectedRank> ranks(20, {"n", 0});
+  std::vector<int> missing;
+  for (int i = 0; i < 20; ++i) missing.push_back(i);
+  std::string m = start_timeout_message(missing, ranks, "a:1", 30, 8);
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 8);
+  EXPECT_NE(m.find("... and 12 more ranks did not reach it"), std::string::npos);
+}
+
+TEST(RendezvousServer, FatalErrorReachesTheLauncher) {
+  Fixture f(1);
+  Client c = f.connect();
+  ASSERT_TRUE(c.register_rank({0, 1, "h", "127.0.0.1", 1}, in(5)).ok());
+  ASSERT_TRUE(c.report_fatal("allreduce: rank 1 (host b) died").ok());
+  std::lock_guard<std::mutex> lk(f.mu);
+  ASSERT_EQ(f.fatal.size(), 1u);
+  EXPECT_EQ(f.fatal[0], "0: allreduce: rank 1 (host b) died");
+}
+
+TEST(RendezvousServer, DroppedConnectionIsAnErrorNotAHang) {
+  auto f = std::make_unique<Fixture>(2);
+  Client c = f->connect();
+  auto waiting = std::async(std::launch::async, [&] { return c.wait({"never"}, 30); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  f.reset();  // hvdrun goes away
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto s = waiting.get();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("connection lost"), std::string::npos) << s.error().message;
+}
+
+TEST(RendezvousServer, ConnectRetriesUntilTheServerAppears) {
+  // Nothing listens yet: the client backs off and retries until its deadline.
+  int port;
+  {
+    Fixture probe(1);
+    port = probe.server->port();
+  }
+  auto start = Clock::now();
+  auto c = Client::connect("127.0.0.1", port, new_secret(), in(0.3));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("connect"), std::string::npos);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250));
+}
+
+TEST(RendezvousServer, StressManyThreadsAddAndBarrier) {
+  const int n = 32, adds = 50;
+  Fixture f(n);
+  std::vector<std::future<std::string>> futs;
+  for (int r = 0; r < n; ++r)
+    futs.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      auto c = Client::connect("127.0.0.1", f.server->port(), f.secret, in(20));
+      if (!c) return c.error().message;
+      if (auto g = c->register_rank({r, n, "h", "127.0.0.1", r + 1}, in(20)); !g) return g.error().message;
+      for (int i = 0; i < adds; ++i)
+        if (auto a = c->add("total", 1); !a) return a.error().message;
+      for (int b = 0; b < 5; ++b)
+        if (auto s = c->barrier("stress/" + std::to_string(b), n, 20); !s) return s.error().message;
+      auto total = c->get("total");
+      if (!total) return total.error().message;
+      if (*total != std::to_string(n * adds)) return "total " + *total;
+      for (int p = 0; p < n; p += 7) {
+        auto peer = c->get_peer(p, in(5));
+        if (!peer || peer->port != p + 1) return "get_peer";
+      }
+      return "";
+    }));
+  for (auto& fu : futs) EXPECT_EQ(fu.get(), "");
+}
+
+}  // namespace hvdrun::rdv

@@ -73,6 +73,30 @@ int hvd_barrier(void) {
   });
 }
 
+int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  return guarded([&] {
+    auto& rt = hvdrun::Runtime::instance();
+    std::lock_guard<std::mutex> lk(rt.mutex());
+    return rt.allreduce(sendbuf, recvbuf, count, dtype, op);
+  });
+}
+
+int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
+  return guarded([&] {
+    auto& rt = hvdrun::Runtime::instance();
+    std::lock_guard<std::mutex> lk(rt.mutex());
+    return rt.broadcast(buf, count, dtype, root);
+  });
+}
+
+int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype) {
+  return guarded([&] {
+    auto& rt = hvdrun::Runtime::instance();
+    std::lock_guard<std::mutex> lk(rt.mutex());
+    return rt.allgather(sendbuf, recvbuf, sendcount, dtype);
+  });
+}
+
 const char* hvd_last_error(void) { return g_last_error.c_str(); }
 
 }  // extern "C"

@@ -1,5 +1,9 @@
 #include "collectives/runtime.h"
 
+#include <thread>
+
+#include "collectives/dtype.h"
+
 #include <cstdlib>
 #include <spdlog/spdlog.h>
 
@@ -91,14 +95,87 @@ Status Runtime::init() {
   client_.emplace(std::move(*client));
   listener_ = std::move(*listener);
   ring_ = *reg;
+  if (auto s = connect_ring(); !s) {
+    client_.reset();
+    return s;
+  }
   initialized_ = true;
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);
   return {};
 }
 
+Status Runtime::connect_ring() {
+  RingOptions ro;
+  ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
+  ro.spin_us = static_cast<int>(tunable_int("HVDRUN_SPIN_US"));
+  ro.segment_bytes = static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SEGMENT_BYTES")));
+  if (view_.size == 1) {
+    ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);
+    return {};
+  }
+  transport::PairOptions po;
+  po.secret = secret_;
+  po.self_rank = view_.rank;
+  po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
+  po.deadline = rdv::Clock::now() + std::chrono::seconds(static_cast<long>(ro.timeout_s));
+  // Connect to the right while accepting from the left: every rank does both at once.
+  Result<transport::Pair> right = Error{"not connected"};
+  std::thread connector([&] { right = transport::connect_pair(ring_.right, po); });
+  auto left = transport::accept_pair(listener_.fd.get(), ring_.left, po);
+  connector.join();
+  if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
+  if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);
+  ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
+  return {};
+}
+
+Status Runtime::check_ready(const char* what) {
+  if (!initialized_) return err(HVD_ERR_NOT_INITIALIZED, std::string(what) + ": call hvd_init() first");
+  return {};
+}
+
+// Prefixes the rank and tells hvdrun, which tears the job down with the message.
+Status Runtime::after(Status s) {
+  if (s) return s;
+  Error e = s.error();
+  e.message = "rank " + std::to_string(view_.rank) + ": " + e.message;
+  report_fatal(e.message);
+  return e;
+}
+
+Status Runtime::allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  if (auto s = check_ready("hvd_allreduce"); !s) return s;
+  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: invalid dtype " + std::to_string(dtype));
+  if (!op_valid(op)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: invalid op " + std::to_string(op));
+  if (op == HVD_OP_AVERAGE && !dtype_is_float(dtype))
+    return err(HVD_ERR_INVALID_ARGUMENT,
+               std::string("hvd_allreduce: average is for floating types, not ") + dtype_name(dtype) +
+                   " (use sum and divide)");
+  if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: null buffer");
+  return after(ring_comm_->allreduce(send, recv, count, dtype, op));
+}
+
+Status Runtime::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
+  if (auto s = check_ready("hvd_broadcast"); !s) return s;
+  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: invalid dtype " + std::to_string(dtype));
+  if (root < 0 || root >= view_.size)
+    return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: root " + std::to_string(root) + " is not a rank of this job (size " +
+                                             std::to_string(view_.size) + ")");
+  if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: null buffer");
+  return after(ring_comm_->broadcast(buf, count, dtype, root));
+}
+
+Status Runtime::allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) {
+  if (auto s = check_ready("hvd_allgather"); !s) return s;
+  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: invalid dtype " + std::to_string(dtype));
+  if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
+  return after(ring_comm_->allgather(send, recv, count, dtype));
+}
+
 Status Runtime::shutdown() {
   if (!initialized_) return {};
+  ring_comm_.reset();
   client_.reset();
   listener_ = transport::Listener{};
   initialized_ = false;
@@ -106,13 +183,8 @@ Status Runtime::shutdown() {
 }
 
 Status Runtime::barrier() {
-  if (!initialized_) return err(HVD_ERR_NOT_INITIALIZED, "hvd_barrier: call hvd_init() first");
-  if (view_.size == 1) return {};
-  auto s = client_->barrier("hvd/barrier/" + std::to_string(barrier_seq_++), view_.size,
-                            tunable_double("HVDRUN_TIMEOUT"));
-  if (!s) return err(s.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS,
-                     "rank " + std::to_string(view_.rank) + ": barrier: " + s.error().message);
-  return {};
+  if (auto s = check_ready("hvd_barrier"); !s) return s;
+  return after(ring_comm_->barrier());
 }
 
 void Runtime::report_fatal(const std::string& message) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "collectives/ring.h"
 #include "rendezvous/client.h"
 #include "transport/socket_util.h"
 
@@ -29,6 +30,9 @@ class Runtime {
   bool initialized() const { return initialized_; }
   const RankView& view() const { return view_; }
   Status barrier();
+  Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
+  Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
 
   // Reports a fatal error to hvdrun, which tears the job down with it (best effort).
   void report_fatal(const std::string& message);
@@ -47,7 +51,10 @@ class Runtime {
   std::optional<rdv::Client> client_;
   rdv::Registered ring_;
   transport::Listener listener_;
-  uint64_t barrier_seq_ = 0;
+  std::unique_ptr<Ring> ring_comm_;
+  Status connect_ring();
+  Status check_ready(const char* what);
+  Status after(Status s);
 };
 
 // Reads the rank contract from the environment (pure over a getter, for tests).

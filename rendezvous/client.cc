@@ -63,7 +63,8 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
   std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
 
-  std::mt19937 rng(std::random_device{}());
+  std::string seed = random_bytes(sizeof(uint32_t));
+  std::mt19937 rng(*reinterpret_cast<const uint32_t*>(seed.data()));
   double backoff = 0.01;
   while (true) {
     auto fd = try_connect(sa, salen, deadline);
@@ -95,10 +96,8 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
                       ": the server failed authentication (wrong HVDRUN_SECRET, or not this job's hvdrun)");
   if (auto s = c.send(MsgType::kAuth, client_proof(secret, server_nonce, client_nonce), deadline); !s)
     return s.error();
-  auto ok = c.recv(deadline, kMaxFrameBeforeAuth);
-  if (!ok) return ok.error();
-  if (ok->type != MsgType::kAuthOk)
-    return make_error("rendezvous " + c.endpoint_ + ": authentication refused by the server");
+  // The server's auth-ok is read with the reply to the first request (one round trip less).
+  c.auth_ok_pending_ = true;
   return c;
 }
 
@@ -161,6 +160,17 @@ Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
 
 Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time_point deadline) {
   if (auto s = send(type, payload, deadline); !s) return s.error();
+  if (auth_ok_pending_) {
+    auto ok = recv(deadline, kMaxFrameBeforeAuth);
+    if (!ok) {
+      if (ok.error().message.find("authentication failed") != std::string::npos)
+        return make_error("rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
+      return ok.error();
+    }
+    if (ok->type != MsgType::kAuthOk)
+      return make_error("rendezvous " + endpoint_ + ": authentication refused by the server");
+    auth_ok_pending_ = false;
+  }
   return recv(deadline);
 }
 

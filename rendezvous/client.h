@@ -24,6 +24,7 @@ class Client {
 
   Client(Client&&) = default;
   Client& operator=(Client&&) = default;
+  // (The handshake's last reply, auth-ok, is read together with the first call's reply.)
 
   // Registers and waits (until `deadline`) for every rank to register.
   Result<Registered> register_rank(const RegisterRequest& req, Clock::time_point deadline);
@@ -52,6 +53,7 @@ class Client {
 
   UniqueFd fd_;
   std::string endpoint_;
+  bool auth_ok_pending_ = false;
 };
 
 }  // namespace hvdrun::rdv

@@ -1,0 +1,114 @@
+#include "collectives/reduce_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "collectives/dtype.h"
+
+namespace hvdrun {
+namespace {
+
+template <class T>
+void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
+  switch (op) {
+    case HVD_OP_SUM:
+    case HVD_OP_AVERAGE:
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+      break;
+    case HVD_OP_PRODUCT:
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] * s[i]);
+      break;
+    case HVD_OP_MIN:
+      for (size_t i = 0; i < n; ++i) d[i] = s[i] < d[i] ? s[i] : d[i];
+      break;
+    case HVD_OP_MAX:
+      for (size_t i = 0; i < n; ++i) d[i] = s[i] > d[i] ? s[i] : d[i];
+      break;
+  }
+}
+
+// 16-bit floats: through float32, in blocks so that the float loops vectorise.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void apply16(uint16_t* d, const uint16_t* s, size_t n, hvd_op_t op) {
+  constexpr size_t kBlock = 256;
+  float a[kBlock], b[kBlock];
+  for (size_t base = 0; base < n; base += kBlock) {
+    size_t m = std::min(kBlock, n - base);
+    for (size_t i = 0; i < m; ++i) {
+      a[i] = ToF(d[base + i]);
+      b[i] = ToF(s[base + i]);
+    }
+    apply<float>(a, b, m, op);
+    for (size_t i = 0; i < m; ++i) d[base + i] = FromF(a[i]);
+  }
+}
+
+template <class T>
+void divide(T* d, size_t n, double divisor) {
+  T inv = static_cast<T>(divisor);
+  for (size_t i = 0; i < n; ++i) d[i] = d[i] / inv;
+}
+
+}  // namespace
+
+void reduce_into(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
+  switch (t) {
+    case HVD_INT8: return apply(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
+    case HVD_UINT8: return apply(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+    case HVD_INT32: return apply(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case HVD_INT64: return apply(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case HVD_FLOAT32: return apply(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case HVD_FLOAT64: return apply(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case HVD_FLOAT16:
+      return apply16<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+    case HVD_BFLOAT16:
+      return apply16<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+  }
+}
+
+void scale_down(void* buf, size_t n, hvd_dtype_t t, double divisor) {
+  switch (t) {
+    case HVD_FLOAT32: return divide(static_cast<float*>(buf), n, divisor);
+    case HVD_FLOAT64: return divide(static_cast<double*>(buf), n, divisor);
+    case HVD_FLOAT16:
+    case HVD_BFLOAT16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      bool half = t == HVD_FLOAT16;
+      for (size_t i = 0; i < n; ++i) {
+        float v = (half ? half_to_float(p[i]) : bf16_to_float(p[i])) / static_cast<float>(divisor);
+        p[i] = half ? float_to_half(v) : float_to_bf16(v);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+size_t dtype_size(hvd_dtype_t t) {
+  switch (t) {
+    case HVD_INT8: case HVD_UINT8: return 1;
+    case HVD_FLOAT16: case HVD_BFLOAT16: return 2;
+    case HVD_INT32: case HVD_FLOAT32: return 4;
+    case HVD_INT64: case HVD_FLOAT64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(hvd_dtype_t t) {
+  static const char* names[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  return dtype_valid(t) ? names[t] : "invalid";
+}
+
+const char* op_name(hvd_op_t op) {
+  static const char* names[] = {"sum", "average", "min", "max", "product"};
+  return op_valid(op) ? names[op] : "invalid";
+}
+
+bool dtype_valid(int t) { return t >= HVD_INT8 && t <= HVD_FLOAT64; }
+bool op_valid(int op) { return op >= HVD_OP_SUM && op <= HVD_OP_PRODUCT; }
+bool dtype_is_float(hvd_dtype_t t) {
+  return t == HVD_FLOAT16 || t == HVD_BFLOAT16 || t == HVD_FLOAT32 || t == HVD_FLOAT64;
+}
+
+}  // namespace hvdrun

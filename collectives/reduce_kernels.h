@@ -1,0 +1,16 @@
+// Element-wise reductions dst[i] = op(dst[i], src[i]), built with -O3 so that the compiler
+// vectorises them (GCC 12 does not at -O2).
+#pragma once
+
+#include <cstddef>
+
+#include "hvdrun/hvdrun.h"
+
+namespace hvdrun {
+
+// AVERAGE reduces as SUM; the division happens once, in scale().
+void reduce_into(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+// buf[i] /= divisor, for floating types.
+void scale_down(void* buf, size_t count, hvd_dtype_t dtype, double divisor);
+
+}  // namespace hvdrun

@@ -1,0 +1,183 @@
+// Ring collectives.
+//
+// Terms. n ranks sit on a ring; each sends only to its right neighbour (rank + 1) and
+// receives only from its left (rank - 1), both at once. A buffer of `count` elements is cut
+// into n *chunks* (chunk c is the c-th n-th of the buffer, the first ones one element longer
+// when count % n != 0). Data moves in *steps*: in one step every rank sends one chunk and
+// receives one chunk. Within a step the bytes arrive in *segments* (HVDRUN_SEGMENT_BYTES),
+// each reduced as soon as it has arrived, while the rest is still on the wire: sending,
+// receiving and reducing overlap.
+//
+// Allreduce = reduce-scatter, then allgather (Patarasuk & Yuan; Gloo's and NCCL's ring):
+//   reduce-scatter, step s = 0..n-2: send chunk (r - s), receive chunk (r - s - 1) and
+//     reduce it into ours. After n-1 steps rank r holds chunk (r + 1) fully reduced.
+//   allgather, step s = 0..n-2: send chunk (r + 1 - s), receive chunk (r - s) in place.
+// Each reduced chunk is computed on exactly one rank and copied to the others, so every
+// rank ends with bitwise identical results.
+//
+// Broadcast: a pipelined chain root -> root+1 -> ... -> root-1; each rank forwards the
+// bytes it has received as they arrive. Allgather: the allgather half of the ring.
+//
+// Before each collective, every rank sends a small header (sequence number, kind, count,
+// dtype, op, root) to its right and compares the one from its left with its own: ranks
+// that disagree fail with both calls named instead of reducing garbage or hanging.
+#include "collectives/ring.h"
+
+#include <cstring>
+
+#include "collectives/dtype.h"
+#include "collectives/reduce_kernels.h"
+
+namespace hvdrun {
+
+namespace {
+
+enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
+
+const char* kind_name(uint8_t k) {
+  switch (k) {
+    case kAllreduce: return "allreduce";
+    case kBroadcast: return "broadcast";
+    case kAllgather: return "allgather";
+    case kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+struct Ring::Header {
+  uint64_t seq;
+  uint64_t count;
+  int32_t root;
+  uint8_t kind, dtype, op, pad;
+  bool operator==(const Header& o) const {
+    return seq == o.seq && count == o.count && root == o.root && kind == o.kind && dtype == o.dtype && op == o.op;
+  }
+  std::string describe() const {
+    std::string s = std::string(kind_name(kind)) + "(count=" + std::to_string(count);
+    if (kind != kBarrier) s += std::string(", ") + dtype_name(static_cast<hvd_dtype_t>(dtype));
+    if (kind == kAllreduce) s += std::string(", ") + op_name(static_cast<hvd_op_t>(op));
+    if (kind == kBroadcast) s += ", root=" + std::to_string(root);
+    return s + ") #" + std::to_string(seq);
+  }
+};
+
+Ring::Ring(int rank, int size, transport::Pair right, transport::Pair left, RingOptions opts)
+    : rank_(rank), size_(size), right_(std::move(right)), left_(std::move(left)), opts_(opts) {}
+
+Status Ring::fail(Error e) {
+  // A failed transfer leaves the ring in an unknown state: close it so that the neighbours
+  // fail fast too, and refuse every later call with the first reason.
+  broken_ = true;
+  broken_reason_ = e.message;
+  right_.close();
+  left_.close();
+  return e;
+}
+
+Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
+                  const std::function<void(size_t, size_t)>& on_recv) {
+  transport::TransferSpec spec;
+  spec.send = send;
+  spec.send_len = send_len;
+  spec.recv = recv;
+  spec.recv_len = recv_len;
+  spec.send_follows_recv = forward;
+  spec.notify_bytes = opts_.segment_bytes;
+  spec.on_recv = on_recv;
+  auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us);
+  if (!s) return fail(Error{s.error().message, s.error().message.find("no progress") != std::string::npos
+                                                     ? HVD_ERR_TIMEOUT
+                                                     : HVD_ERR_PEER});
+  return {};
+}
+
+Status Ring::check_agreement(const Header& mine) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (size_ == 1) return {};
+  Header theirs{};
+  if (auto s = step(reinterpret_cast<const char*>(&mine), sizeof mine, reinterpret_cast<char*>(&theirs), sizeof theirs,
+                    false);
+      !s)
+    return s;
+  if (!(theirs == mine))
+    return fail(Error{"rank " + std::to_string(rank_) + " called " + mine.describe() + " but its left neighbour " +
+                          left_.peer().describe() + " called " + theirs.describe(),
+                      HVD_ERR_MISMATCH});
+  return {};
+}
+
+Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  const size_t es = dtype_size(dtype);
+  if (auto s = check_agreement(Header{seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype),
+                                      static_cast<uint8_t>(op), 0});
+      !s)
+    return s;
+  char* buf = static_cast<char*>(recvbuf);
+  if (sendbuf != recvbuf && count) std::memcpy(buf, sendbuf, count * es);
+  const int n = size_;
+  if (n > 1 && count > 0) {
+    // Chunk c: [offset(c), offset(c+1)) in elements.
+    auto offset = [&](int c) { return (count / n) * c + std::min<size_t>(c, count % n); };
+    auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
+    scratch_.resize(chunk_len(0) * es);
+    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
+      int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
+      char* dst = buf + offset(recv_c) * es;
+      auto st = step(buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es,
+                     false, [&](size_t off, size_t len) {
+                       // Whole elements only: a segment boundary may split one.
+                       size_t first = off / es, last = (off + len) / es;
+                       reduce_into(dst + first * es, scratch_.data() + first * es, last - first, dtype, op);
+                     });
+      if (!st) return st;
+    }
+    int own = mod(rank_ + 1, n);
+    if (op == HVD_OP_AVERAGE) scale_down(buf + offset(own) * es, chunk_len(own), dtype, n);
+    for (int s = 0; s < n - 1; ++s) {  // allgather
+      int send_c = mod(rank_ + 1 - s, n), recv_c = mod(rank_ - s, n);
+      auto st = step(buf + offset(send_c) * es, chunk_len(send_c) * es, buf + offset(recv_c) * es,
+                     chunk_len(recv_c) * es, false);
+      if (!st) return st;
+    }
+  }
+  return {};
+}
+
+Status Ring::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
+  if (auto s = check_agreement(Header{seq_++, count, root, kBroadcast, static_cast<uint8_t>(dtype), 0, 0}); !s)
+    return s;
+  if (size_ == 1 || count == 0) return {};
+  size_t bytes = count * dtype_size(dtype);
+  char* p = static_cast<char*>(buf);
+  bool is_root = rank_ == root, is_last = mod(rank_ + 1, size_) == root;
+  if (is_root) return step(p, bytes, nullptr, 0, false);
+  if (is_last) return step(nullptr, 0, p, bytes, false);
+  return step(nullptr, bytes, p, bytes, /*forward=*/true);
+}
+
+Status Ring::allgather(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype) {
+  if (auto s = check_agreement(Header{seq_++, count, -1, kAllgather, static_cast<uint8_t>(dtype), 0, 0}); !s) return s;
+  size_t block = count * dtype_size(dtype);
+  char* out = static_cast<char*>(recvbuf);
+  if (block && out + rank_ * block != sendbuf) std::memmove(out + rank_ * block, sendbuf, block);
+  for (int s = 0; s < size_ - 1 && block; ++s) {
+    int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
+    if (auto st = step(out + send_b * block, block, out + recv_b * block, block, false); !st) return st;
+  }
+  return {};
+}
+
+Status Ring::barrier() {
+  if (auto s = check_agreement(Header{seq_++, 0, -1, kBarrier, 0, 0, 0}); !s) return s;
+  // The header exchange proves the left neighbour arrived; n-1 more token passes prove all did.
+  char token = 0, got = 0;
+  for (int s = 0; s < size_ - 2; ++s)
+    if (auto st = step(&token, 1, &got, 1, false); !st) return st;
+  return {};
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,51 @@
+// Ring collectives over the two data-plane pairs of a rank: `right` (we send) and `left`
+// (we receive). See ring.cc for the algorithms.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/result.h"
+#include "hvdrun/hvdrun.h"
+#include "transport/pair.h"
+
+namespace hvdrun {
+
+struct RingOptions {
+  double timeout_s = 60;          // HVDRUN_TIMEOUT
+  int spin_us = 50;               // HVDRUN_SPIN_US
+  size_t segment_bytes = 256 << 10;  // HVDRUN_SEGMENT_BYTES
+};
+
+class Ring {
+ public:
+  // size 1: no pairs needed.
+  Ring(int rank, int size, transport::Pair right, transport::Pair left, RingOptions opts);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Error codes (Error::code) are HVD_ERR_*.
+  Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
+  Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
+  Status barrier();
+
+ private:
+  struct Header;
+  Status check_agreement(const Header& mine);
+  Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
+              const std::function<void(size_t, size_t)>& on_recv = {});
+  Status fail(Error e);
+
+  int rank_, size_;
+  transport::Pair right_, left_;
+  RingOptions opts_;
+  uint64_t seq_ = 0;
+  bool broken_ = false;
+  std::string broken_reason_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace hvdrun

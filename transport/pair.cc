@@ -1,0 +1,194 @@
+#include "transport/pair.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "rendezvous/auth.h"
+#include "transport/socket_util.h"
+
+namespace hvdrun::transport {
+namespace {
+
+constexpr uint32_t kPairMagic = 0x68766470;  // "hvdp"
+
+int ms_until(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 1 << 30));
+}
+
+// Blocking-with-deadline exact I/O on a non-blocking socket (handshake only).
+Status io_exact(int fd, char* buf, size_t len, bool write_side, Clock::time_point deadline) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = write_side ? ::send(fd, buf + off, len - off, MSG_NOSIGNAL) : ::recv(fd, buf + off, len - off, 0);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return make_error("connection closed during the handshake");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return make_error(std::strerror(errno));
+    pollfd p{fd, static_cast<short>(write_side ? POLLOUT : POLLIN), 0};
+    if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("handshake timed out");
+  }
+  return {};
+}
+
+std::string pair_context(int from, int to, const std::string& nonce_a, const std::string& nonce_b) {
+  std::string m = nonce_a + nonce_b;
+  m.append(reinterpret_cast<const char*>(&from), 4);
+  m.append(reinterpret_cast<const char*>(&to), 4);
+  return m;
+}
+
+}  // namespace
+
+Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
+  PeerName name{to.rank, to.host};
+  auto ctx = [&](const std::string& what) { return "connect to " + name.describe() + " at " + to.addr + ":" +
+                                                   std::to_string(to.port) + ": " + what; };
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  if (getaddrinfo(to.addr.c_str(), std::to_string(to.port).c_str(), &hints, &res) != 0)
+    return make_error(ctx("bad address"));
+  UniqueFd fd(socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc != 0 && errno != EINPROGRESS) return make_error(ctx(std::strerror(errno)));
+  if (rc != 0) {
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (poll(&p, 1, ms_until(o.deadline)) == 0) return make_error(ctx("timed out"));
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err) return make_error(ctx(std::strerror(err)));
+  }
+  tune_data_socket(fd.get(), o.buffer_bytes);
+  // 1. -> magic, from, to, our nonce
+  std::string nonce_i = rdv::random_bytes(rdv::kNonceBytes);
+  std::string hello(12, '\0');
+  int32_t from = o.self_rank, dest = to.rank;
+  std::memcpy(hello.data(), &kPairMagic, 4);
+  std::memcpy(hello.data() + 4, &from, 4);
+  std::memcpy(hello.data() + 8, &dest, 4);
+  hello += nonce_i;
+  if (auto s = io_exact(fd.get(), hello.data(), hello.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
+  // 2. <- their nonce, their proof
+  std::string reply(rdv::kNonceBytes + rdv::kMacBytes, '\0');
+  if (auto s = io_exact(fd.get(), reply.data(), reply.size(), false, o.deadline); !s)
+    return make_error(ctx(s.error().message + " (refused: not this job's rank?)"));
+  std::string nonce_a = reply.substr(0, rdv::kNonceBytes);
+  std::string ctx_bytes = pair_context(from, dest, nonce_i, nonce_a);
+  if (!rdv::constant_time_equal(reply.substr(rdv::kNonceBytes), rdv::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes)))
+    return make_error(ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
+  // 3. -> our proof
+  std::string proof = rdv::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes);
+  if (auto s = io_exact(fd.get(), proof.data(), proof.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
+  // 4. <- ok
+  char ok = 0;
+  if (auto s = io_exact(fd.get(), &ok, 1, false, o.deadline); !s || ok != 1)
+    return make_error(ctx("the peer refused our authentication"));
+  return Pair(std::move(fd), name);
+}
+
+Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOptions& o) {
+  PeerName name{from.rank, from.host};
+  while (true) {
+    pollfd p{listen_fd, POLLIN, 0};
+    if (poll(&p, 1, ms_until(o.deadline)) == 0)
+      return make_error("accept from " + name.describe() + ": timed out");
+    UniqueFd fd(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd.valid()) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      return make_error("accept from " + name.describe() + ": " + std::strerror(errno));
+    }
+    tune_data_socket(fd.get(), o.buffer_bytes);
+    // A stranger gets at most a short handshake window, then we go back to listening.
+    auto hs_deadline = std::min(o.deadline, Clock::now() + std::chrono::seconds(5));
+    std::string hello(12 + rdv::kNonceBytes, '\0');
+    if (!io_exact(fd.get(), hello.data(), hello.size(), false, hs_deadline)) continue;
+    uint32_t magic;
+    int32_t r_from, r_to;
+    std::memcpy(&magic, hello.data(), 4);
+    std::memcpy(&r_from, hello.data() + 4, 4);
+    std::memcpy(&r_to, hello.data() + 8, 4);
+    if (magic != kPairMagic || r_from != from.rank || r_to != o.self_rank) continue;
+    std::string nonce_i = hello.substr(12);
+    std::string nonce_a = rdv::random_bytes(rdv::kNonceBytes);
+    std::string ctx_bytes = pair_context(r_from, r_to, nonce_i, nonce_a);
+    std::string reply = nonce_a + rdv::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes);
+    if (!io_exact(fd.get(), reply.data(), reply.size(), true, hs_deadline)) continue;
+    std::string proof(rdv::kMacBytes, '\0');
+    if (!io_exact(fd.get(), proof.data(), proof.size(), false, hs_deadline)) continue;
+    if (!rdv::constant_time_equal(proof, rdv::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes))) continue;
+    char ok = 1;
+    if (!io_exact(fd.get(), &ok, 1, true, hs_deadline)) continue;
+    return Pair(std::move(fd), name);
+  }
+}
+
+Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, int spin_us) {
+  size_t sent = 0, received = 0, notified = 0;
+  auto last_progress = Clock::now();
+  auto spin = std::chrono::microseconds(spin_us);
+  auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  while (sent < s.send_len || received < s.recv_len) {
+    bool progressed = false;
+    if (received < s.recv_len) {
+      ssize_t n = ::recv(in->fd(), s.recv + received, s.recv_len - received, MSG_DONTWAIT);
+      if (n > 0) {
+        received += static_cast<size_t>(n);
+        progressed = true;
+        if (s.on_recv && (received - notified >= s.notify_bytes || received == s.recv_len)) {
+          s.on_recv(notified, received - notified);
+          notified = received;
+        }
+      } else if (n == 0) {
+        return make_error("connection to " + in->peer().describe() + " closed (the peer exited or failed)");
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return make_error("connection to " + in->peer().describe() + " lost: " + std::strerror(errno));
+      }
+    }
+    size_t can_send = s.send_follows_recv ? std::min(received, s.send_len) : s.send_len;
+    if (sent < can_send) {
+      const char* src = s.send_follows_recv ? s.recv : s.send;
+      ssize_t n = ::send(out->fd(), src + sent, can_send - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        progressed = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return make_error("connection to " + out->peer().describe() + " lost: " + std::strerror(errno));
+      }
+    }
+    auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+      continue;
+    }
+    if (now - last_progress < spin) continue;  // a short, bounded spin before blocking
+    if (now - last_progress > timeout) {
+      Pair* culprit = received < s.recv_len ? in : out;
+      return make_error("no progress with " + culprit->peer().describe() + " for " + std::to_string(int(timeout_s)) +
+                        " s (HVDRUN_TIMEOUT)");
+    }
+    pollfd p[2];
+    int np = 0;
+    if (received < s.recv_len) p[np++] = {in->fd(), POLLIN, 0};
+    if (sent < can_send) p[np++] = {out->fd(), POLLOUT, 0};
+    int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (now - last_progress)).count()) + 1;
+    poll(p, np, std::min(wait_ms, 1000));
+  }
+  return {};
+}
+
+}  // namespace hvdrun::transport

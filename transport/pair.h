@@ -1,0 +1,71 @@
+// A data-plane connection between two ranks of the ring: TCP, TCP_NODELAY, large buffers,
+// opened with a handshake that proves both ends hold the job secret and names both ranks,
+// so that a stranger or a rank of another job is refused. Data flows one way on each pair
+// (we send to the right neighbour on one pair and receive from the left on another), and
+// transfer() drives both at once: full duplex.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "rendezvous/protocol.h"
+
+namespace hvdrun::transport {
+
+using Clock = std::chrono::steady_clock;
+
+struct PeerName {
+  int rank = -1;
+  std::string host;
+  std::string describe() const { return "rank " + std::to_string(rank) + " (host " + host + ")"; }
+};
+
+class Pair {
+ public:
+  Pair() = default;
+  Pair(UniqueFd fd, PeerName peer) : fd_(std::move(fd)), peer_(std::move(peer)) {}
+  bool valid() const { return fd_.valid(); }
+  int fd() const { return fd_.get(); }
+  const PeerName& peer() const { return peer_; }
+  void close() { fd_.reset(); }
+
+ private:
+  UniqueFd fd_;
+  PeerName peer_;
+};
+
+struct PairOptions {
+  std::string secret;
+  int self_rank = -1;
+  int buffer_bytes = 4 << 20;
+  Clock::time_point deadline;
+};
+
+// Connects to `to` (addr:port) and proves who we are; `to.rank` is checked too.
+Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o);
+// Accepts connections on `listen_fd` until one proves it is `from` of this job (others are
+// refused and closed), or the deadline passes.
+Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOptions& o);
+
+// One step of a ring collective: send `send_len` bytes to `out` while receiving
+// `recv_len` bytes from `in`. When `send_follows_recv` is set, the bytes to send are the
+// ones being received (a chain forward), and sending never overtakes receiving.
+// `on_recv(offset, len)` is called as received bytes arrive, in order (pipelined reduce).
+// Spins up to `spin_us` before blocking in poll; fails after `timeout_s` without progress,
+// or when a peer closes or resets, naming the peer.
+struct TransferSpec {
+  const char* send = nullptr;
+  size_t send_len = 0;
+  char* recv = nullptr;
+  size_t recv_len = 0;
+  bool send_follows_recv = false;
+  size_t notify_bytes = 256 * 1024;  // granularity of on_recv calls
+  std::function<void(size_t offset, size_t len)> on_recv;
+};
+
+Status transfer(Pair* out, Pair* in, const TransferSpec& spec, double timeout_s, int spin_us);
+
+}  // namespace hvdrun::transport

@@ -1,0 +1,220 @@
+// Ring collectives with ranks as threads, joined by socketpairs (no handshake needed).
+#include "collectives/ring.h"
+
+#include <sys/socket.h>
+
+#include <future>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "collectives/dtype.h"
+#include "reference.h"
+
+namespace hvdrun {
+namespace {
+
+using testref::expected_value;
+using testref::input_value;
+using testref::load;
+using testref::store;
+using testref::tolerance;
+
+// rings[r] sends to r+1 and receives from r-1.
+std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}) {
+  std::vector<std::unique_ptr<Ring>> rings(n);
+  if (n == 1) {
+    rings[0] = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, o);
+    return rings;
+  }
+  std::vector<UniqueFd> send_end(n), recv_end(n);  // link r: r -> r+1
+  for (int r = 0; r < n; ++r) {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    send_end[r].reset(sv[0]);
+    recv_end[(r + 1) % n].reset(sv[1]);
+  }
+  for (int r = 0; r < n; ++r) {
+    transport::Pair right(std::move(send_end[r]), {(r + 1) % n, "h"});
+    transport::Pair left(std::move(recv_end[r]), {(r + n - 1) % n, "h"});
+    rings[r] = std::make_unique<Ring>(r, n, std::move(right), std::move(left), o);
+  }
+  return rings;
+}
+
+template <class Fn>
+std::vector<std::string> on_all(int n, Fn fn) {
+  std::vector<std::future<std::string>> f;
+  for (int r = 0; r < n; ++r) f.push_back(std::async(std::launch::async, [&fn, r] { return fn(r); }));
+  std::vector<std::string> out;
+  for (auto& x : f) out.push_back(x.get());
+  return out;
+}
+
+std::string check_allreduce(Ring& ring, int n, size_t count, hvd_dtype_t t, hvd_op_t op, bool in_place) {
+  size_t es = dtype_size(t);
+  std::vector<char> in(count * es + 1), out(count * es + 1);
+  for (size_t i = 0; i < count; ++i) store(in.data(), i, t, input_value(ring.rank(), i, n, op));
+  void* dst = in_place ? in.data() : out.data();
+  auto s = ring.allreduce(in.data(), dst, count, t, op);
+  if (!s) return s.error().message;
+  for (size_t i = 0; i < count; ++i) {
+    double e = expected_value(i, n, op), g = load(dst, i, t);
+    if (std::fabs(g - e) > tolerance(t, e))
+      return "element " + std::to_string(i) + ": got " + std::to_string(g) + ", expected " + std::to_string(e);
+  }
+  return "";
+}
+
+class RingAllreduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(RingAllreduce, EveryDtypeOpCountAndPlacement) {
+  const int n = GetParam();
+  RingOptions o;
+  o.segment_bytes = 4096;  // many segments even for modest counts
+  auto rings = make_rings(n, o);
+  std::vector<size_t> counts = {0, 1, static_cast<size_t>(std::max(n - 1, 0)), static_cast<size_t>(n + 1), 1003};
+  auto results = on_all(n, [&](int r) -> std::string {
+    for (int t = HVD_INT8; t <= HVD_FLOAT64; ++t)
+      for (int op = HVD_OP_SUM; op <= HVD_OP_PRODUCT; ++op) {
+        if (op == HVD_OP_AVERAGE && !dtype_is_float(static_cast<hvd_dtype_t>(t))) continue;
+        for (size_t c : counts)
+          for (bool ip : {false, true}) {
+            std::string e = check_allreduce(*rings[r], n, c, static_cast<hvd_dtype_t>(t), static_cast<hvd_op_t>(op), ip);
+            if (!e.empty())
+              return std::string(dtype_name(static_cast<hvd_dtype_t>(t))) + " " + op_name(static_cast<hvd_op_t>(op)) +
+                     " count " + std::to_string(c) + (ip ? " in place: " : ": ") + e;
+          }
+      }
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+}
+
+TEST_P(RingAllreduce, LargeCountIsBitwiseIdenticalOnEveryRank) {
+  const int n = GetParam();
+  auto rings = make_rings(n);
+  const size_t count = (1 << 20) + 3;
+  std::vector<std::vector<float>> out(n);
+  auto results = on_all(n, [&](int r) -> std::string {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = 0.1f * static_cast<float>((r * 7 + i) % 13);  // inexact sums
+    out[r].resize(count);
+    auto s = rings[r]->allreduce(in.data(), out[r].data(), count, HVD_FLOAT32, HVD_OP_AVERAGE);
+    return s ? "" : s.error().message;
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(results[r], "");
+  for (int r = 1; r < n; ++r) EXPECT_EQ(std::memcmp(out[r].data(), out[0].data(), count * 4), 0) << "rank " << r;
+}
+
+TEST_P(RingAllreduce, BroadcastFromEveryRootAndAllgather) {
+  const int n = GetParam();
+  RingOptions o;
+  o.segment_bytes = 4096;
+  auto rings = make_rings(n, o);
+  const size_t count = 5000;
+  auto results = on_all(n, [&](int r) -> std::string {
+    for (int root = 0; root < n; ++root) {
+      std::vector<int32_t> buf(count, -1);
+      if (r == root)
+        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(root * 100000 + i);
+      auto s = rings[r]->broadcast(buf.data(), count, HVD_INT32, root);
+      if (!s) return s.error().message;
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != static_cast<int32_t>(root * 100000 + i)) return "broadcast from " + std::to_string(root);
+    }
+    for (size_t c : {size_t{0}, size_t{1}, count}) {
+      std::vector<int64_t> in(c), out(c * n, -1);
+      for (size_t i = 0; i < c; ++i) in[i] = r * 1000000 + static_cast<int64_t>(i);
+      auto s = rings[r]->allgather(in.data(), out.data(), c, HVD_INT64);
+      if (!s) return s.error().message;
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < c; ++i)
+          if (out[p * c + i] != p * 1000000 + static_cast<int64_t>(i)) return "allgather block " + std::to_string(p);
+    }
+    for (int b = 0; b < 3; ++b)
+      if (auto s = rings[r]->barrier(); !s) return s.error().message;
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce, ::testing::Values(1, 2, 3, 4, 7));
+
+TEST(Ring, MismatchedCountsFailEverywhereWithoutHanging) {
+  const int n = 3;
+  RingOptions o;
+  o.timeout_s = 20;
+  auto rings = make_rings(n, o);
+  auto results = on_all(n, [&](int r) -> std::string {
+    std::vector<float> buf(100, 1.f);
+    auto s = rings[r]->allreduce(buf.data(), buf.data(), r == 1 ? 99 : 100, HVD_FLOAT32, HVD_OP_SUM);
+    return s ? "ok" : s.error().message;
+  });
+  // Rank 1 and its right neighbour see the disagreement; the third learns its ring broke.
+  EXPECT_NE(results[1].find("rank 1 called allreduce(count=99, float32, sum) #0 but its left neighbour rank 0 (host h) "
+                            "called allreduce(count=100, float32, sum) #0"),
+            std::string::npos)
+      << results[1];
+  EXPECT_NE(results[2].find("called allreduce(count=99"), std::string::npos) << results[2];
+  EXPECT_NE(results[0], "ok");
+}
+
+TEST(Ring, DeadPeerFailsFastNamingIt) {
+  const int n = 3;
+  auto rings = make_rings(n);
+  const size_t count = 8 << 20;
+  auto results = on_all(n, [&](int r) -> std::string {
+    if (r == 2) {
+      rings[2].reset();  // rank 2 dies: its sockets close
+      return "dead";
+    }
+    std::vector<float> buf(count, 1.f);
+    auto s = rings[r]->allreduce(buf.data(), buf.data(), count, HVD_FLOAT32, HVD_OP_SUM);
+    if (s) return "ok";
+    auto again = rings[r]->allreduce(buf.data(), buf.data(), 1, HVD_FLOAT32, HVD_OP_SUM);  // later calls fail too
+    return s.error().message + (again ? " | later call succeeded" : "");
+  });
+  EXPECT_NE(results[0].find("rank 2 (host h)"), std::string::npos) << results[0];  // 0 receives from 2
+  // Rank 1 sends to 2; it may instead first see rank 0 close its ring after 0's failure:
+  // either way it fails at once and names the peer it lost.
+  EXPECT_TRUE(results[1].find("rank 2 (host h)") != std::string::npos ||
+              results[1].find("rank 0 (host h) closed") != std::string::npos)
+      << results[1];
+  EXPECT_EQ(results[1].find("later call succeeded"), std::string::npos);
+  EXPECT_EQ(results[0].find("later call succeeded"), std::string::npos);
+}
+
+TEST(Ring, SilentPeerTimesOut) {
+  RingOptions o;
+  o.timeout_s = 0.5;
+  auto rings = make_rings(2, o);
+  std::vector<float> buf(10, 1.f);
+  auto s = rings[0]->allreduce(buf.data(), buf.data(), 10, HVD_FLOAT32, HVD_OP_SUM);  // rank 1 never calls
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, HVD_ERR_TIMEOUT);
+  EXPECT_NE(s.error().message.find("no progress with rank 1 (host h)"), std::string::npos) << s.error().message;
+}
+
+TEST(Dtype, HalfAndBfloat16RoundTripAndRoundToNearestEven) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    uint16_t x = static_cast<uint16_t>(h);
+    bool nan = (x & 0x7c00) == 0x7c00 && (x & 0x3ff);
+    if (!nan) {
+      ASSERT_EQ(float_to_half(half_to_float(x)), x) << h;
+    }
+    bool bnan = (x & 0x7f80) == 0x7f80 && (x & 0x7f);
+    if (!bnan) {
+      ASSERT_EQ(float_to_bf16(bf16_to_float(x)), x) << h;
+    }
+  }
+  EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048), 0x3c00);      // tie -> even (down)
+  EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048), 0x3c02);      // tie -> even (up)
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);                // overflows to inf
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);   // tie -> even (zero)
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);       // tie -> even
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);
+}
+
+}  // namespace
+}  // namespace hvdrun

@@ -79,15 +79,16 @@ Status Ring::fail(Error e) {
 }
 
 Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
-                  const std::function<void(size_t, size_t)>& on_recv) {
+                  const std::function<void(size_t, size_t)>& on_recv, size_t window) {
   transport::TransferSpec spec;
   spec.send = send;
   spec.send_len = send_len;
   spec.recv = recv;
   spec.recv_len = recv_len;
   spec.send_follows_recv = forward;
-  spec.notify_bytes = opts_.segment_bytes;
+  spec.notify_bytes = window ? window : opts_.segment_bytes;
   spec.on_recv = on_recv;
+  spec.recv_window = window;
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us);
   if (!s) return fail(Error{s.error().message, s.error().message.find("no progress") != std::string::npos
                                                      ? HVD_ERR_TIMEOUT
@@ -110,29 +111,62 @@ Status Ring::check_agreement(const Header& mine) {
   return {};
 }
 
+// Small buffers: latency, not bandwidth, matters. One ring allgather of (header, whole
+// buffer) in n-1 hops instead of 1 + 2(n-1), then every rank reduces all n contributions
+// in rank order, so results stay bitwise identical.
+Status Ring::small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  const size_t es = dtype_size(dtype), bytes = count * es, block = sizeof(Header) + bytes;
+  scratch_.resize(block * size_);
+  auto at = [&](int r) { return scratch_.data() + block * r; };
+  std::memcpy(at(rank_), &h, sizeof h);
+  std::memcpy(at(rank_) + sizeof h, buf, bytes);
+  for (int s = 0; s < size_ - 1; ++s) {
+    int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
+    if (auto st = step(at(send_b), block, at(recv_b), block, false); !st) return st;
+    Header theirs;
+    std::memcpy(&theirs, at(recv_b), sizeof theirs);
+    if (!(theirs == h)) {
+      std::string who = s == 0 ? "its left neighbour " + left_.peer().describe() : "rank " + std::to_string(recv_b);
+      return fail(Error{"rank " + std::to_string(rank_) + " called " + h.describe() + " but " + who + " called " +
+                            theirs.describe(),
+                        HVD_ERR_MISMATCH});
+    }
+  }
+  std::memcpy(buf, at(0) + sizeof h, bytes);
+  for (int r = 1; r < size_; ++r) reduce_into(buf, at(r) + sizeof h, count, dtype, op);
+  if (op == HVD_OP_AVERAGE) scale_down(buf, count, dtype, size_);
+  return {};
+}
+
 Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
   const size_t es = dtype_size(dtype);
-  if (auto s = check_agreement(Header{seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype),
-                                      static_cast<uint8_t>(op), 0});
-      !s)
-    return s;
+  Header h{seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
   char* buf = static_cast<char*>(recvbuf);
   if (sendbuf != recvbuf && count) std::memcpy(buf, sendbuf, count * es);
+  if (size_ > 1 && count * es <= opts_.small_bytes) {
+    if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+    return small_allreduce(h, buf, count, dtype, op);
+  }
+  if (auto s = check_agreement(h); !s) return s;
   const int n = size_;
   if (n > 1 && count > 0) {
     // Chunk c: [offset(c), offset(c+1)) in elements.
     auto offset = [&](int c) { return (count / n) * c + std::min<size_t>(c, count % n); };
     auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
-    scratch_.resize(chunk_len(0) * es);
+    // Received segments land in one segment-sized buffer that stays in cache, and are
+    // reduced into the chunk as each one fills.
+    const size_t seg = std::max<size_t>(es, opts_.segment_bytes / 8 * 8);
+    scratch_.resize(seg);
     for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
       int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
       char* dst = buf + offset(recv_c) * es;
-      auto st = step(buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es,
-                     false, [&](size_t off, size_t len) {
-                       // Whole elements only: a segment boundary may split one.
-                       size_t first = off / es, last = (off + len) / es;
-                       reduce_into(dst + first * es, scratch_.data() + first * es, last - first, dtype, op);
-                     });
+      auto st = step(
+          buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
+          [&](size_t off, size_t len) {
+            // Calls come at window boundaries (multiples of 8 bytes) and at the end.
+            reduce_into(dst + off, scratch_.data() + off % seg, len / es, dtype, op);
+          },
+          seg);
       if (!st) return st;
     }
     int own = mod(rank_ + 1, n);

@@ -16,6 +16,7 @@ struct RingOptions {
   double timeout_s = 60;          // HVDRUN_TIMEOUT
   int spin_us = 50;               // HVDRUN_SPIN_US
   size_t segment_bytes = 256 << 10;  // HVDRUN_SEGMENT_BYTES
+  size_t small_bytes = 64 << 10;     // allreduces up to this size take the one-pass path
 };
 
 class Ring {
@@ -36,7 +37,8 @@ class Ring {
   struct Header;
   Status check_agreement(const Header& mine);
   Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
-              const std::function<void(size_t, size_t)>& on_recv = {});
+              const std::function<void(size_t, size_t)>& on_recv = {}, size_t window = 0);
+  Status small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status fail(Error e);
 
   int rank_, size_;

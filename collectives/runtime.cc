@@ -135,12 +135,13 @@ Status Runtime::check_ready(const char* what) {
   return {};
 }
 
-// Prefixes the rank and tells hvdrun, which tears the job down with the message.
+// Prefixes the rank. A mismatch or a time-out is told to hvdrun, which tears the job down
+// with the message; a lost peer is not: its own exit is the news hvdrun reports.
 Status Runtime::after(Status s) {
   if (s) return s;
   Error e = s.error();
   e.message = "rank " + std::to_string(view_.rank) + ": " + e.message;
-  report_fatal(e.message);
+  if (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT) report_fatal(e.message);
   return e;
 }
 

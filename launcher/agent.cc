@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 
 #include "launcher/line_splitter.h"
 
@@ -94,30 +95,42 @@ bool LocalAgent::any_group_alive() const {
 
 void LocalAgent::reap() {
   // hvdrun is a child subreaper: orphaned grandchildren come here too and are reaped.
+  // Of the failures reaped together, one killed by a signal is the likelier cause (its
+  // peers fail because it died), then the lowest rank, as mpirun reports.
+  struct Failure {
+    const Worker* w;
+    int status;
+  };
+  std::vector<Failure> failures;
   while (true) {
     int st = 0;
     pid_t pid = waitpid(-1, &st, WNOHANG);
-    if (pid <= 0) return;
+    if (pid <= 0) break;
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
       if (on_worker_exit) on_worker_exit(w.rank);
-      bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (failed && !tearing_down_) {
-        std::string msg = "hvdrun: rank " + std::to_string(w.rank) + " (host " + w.host + ") ";
-        int code;
-        if (WIFSIGNALED(st)) {
-          msg += "was killed by signal " + std::to_string(WTERMSIG(st)) + " (" + signal_name(WTERMSIG(st)) + ")";
-          code = 128 + WTERMSIG(st);
-        } else {
-          msg += "exited with code " + std::to_string(WEXITSTATUS(st));
-          code = WEXITSTATUS(st);
-        }
-        teardown(msg, code);
-      }
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) failures.push_back({&w, st});
       break;
     }
   }
+  if (failures.empty() || tearing_down_) return;
+  auto better = [](const Failure& a, const Failure& b) {
+    if (WIFSIGNALED(a.status) != WIFSIGNALED(b.status)) return WIFSIGNALED(a.status);
+    return a.w->rank < b.w->rank;
+  };
+  const Failure& f = *std::min_element(failures.begin(), failures.end(), better);
+  std::string msg = "hvdrun: rank " + std::to_string(f.w->rank) + " (host " + f.w->host + ") ";
+  int code;
+  if (WIFSIGNALED(f.status)) {
+    int sig = WTERMSIG(f.status);
+    msg += "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+    code = 128 + sig;
+  } else {
+    msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
+    code = WEXITSTATUS(f.status);
+  }
+  teardown(msg, code);
 }
 
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {

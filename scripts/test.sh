@@ -12,4 +12,8 @@ if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
     (cd build-$san && ctest --output-on-failure -j2 --timeout 300 -L "sanitize-$san")
   done
 fi
+# A short libFuzzer run of the rendezvous frame parser (clang).
+CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_BUILD_FUZZ=ON \
+  -DHVDRUN_BUILD_BENCH=OFF --target frame_fuzzer >/dev/null
+build-fuzz/tests/frame_fuzzer -max_total_time="${HVDRUN_FUZZ_SECONDS:-20}" -print_final_stats=1 2>&1 | tail -3
 echo "test.sh: all tests passed"

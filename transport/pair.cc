@@ -145,7 +145,13 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   while (sent < s.send_len || received < s.recv_len) {
     bool progressed = false;
     if (received < s.recv_len) {
-      ssize_t n = ::recv(in->fd(), s.recv + received, s.recv_len - received, MSG_DONTWAIT);
+      char* dst = s.recv + received;
+      size_t want = s.recv_len - received;
+      if (s.recv_window) {
+        dst = s.recv + received % s.recv_window;
+        want = std::min(want, s.recv_window - received % s.recv_window);
+      }
+      ssize_t n = ::recv(in->fd(), dst, want, MSG_DONTWAIT);
       if (n > 0) {
         received += static_cast<size_t>(n);
         progressed = true;

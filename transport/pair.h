@@ -63,6 +63,10 @@ struct TransferSpec {
   size_t recv_len = 0;
   bool send_follows_recv = false;
   size_t notify_bytes = 256 * 1024;  // granularity of on_recv calls
+  // When set, `recv` is a window of this many bytes reused in turn (a segment buffer that
+  // stays in cache): byte k of the stream lands at recv[k % recv_window], and on_recv is
+  // called as each window fills, before it is overwritten. Must be a multiple of notify_bytes.
+  size_t recv_window = 0;
   std::function<void(size_t offset, size_t len)> on_recv;
 };
 

@@ -53,6 +53,7 @@ Status Runtime::init() {
   if (!addr) {
     // Not started by hvdrun: a job of one, as Horovod does.
     view_ = RankView{};
+    if (auto s = connect_ring(); !s) return s;
     initialized_ = true;
     return {};
   }

@@ -5,11 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-(cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300)
+(cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2)
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   for san in address thread; do
     BUILD_DIR=build-$san BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$san -DHVDRUN_BUILD_BENCH=OFF
-    (cd build-$san && ctest --output-on-failure --no-tests=error -j2 --timeout 300 -L "sanitize-$san")
+    (cd build-$san && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2 -L "sanitize-$san")
   done
 fi
 # A short libFuzzer run of the rendezvous frame parser (clang).

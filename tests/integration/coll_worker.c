@@ -63,9 +63,12 @@ int main(int argc, char** argv) {
     pthread_t t;
     if (r == 1) pthread_create(&t, NULL, killer, NULL);
     for (int it = 0; it < 100000; ++it) CHECK(hvd_allreduce(x, x, big, HVD_FLOAT32, HVD_OP_SUM));
+    free(x);
   } else if (!strcmp(argv[1], "mismatch")) {
     CHECK(hvd_allreduce(a, a, r == 1 ? 10 : 11, HVD_FLOAT32, HVD_OP_SUM));
   }
+  free(a);
+  free(b);
   hvd_shutdown();
   return 0;
 }

@@ -73,6 +73,7 @@ Status Ring::fail(Error e) {
   // fail fast too, and refuse every later call with the first reason.
   broken_ = true;
   broken_reason_ = e.message;
+  if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e.message);
   right_.close();
   left_.close();
   return e;

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -32,6 +34,10 @@ class Ring {
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status barrier();
+
+  // Called with the message of a mismatch or time-out before the ring is closed, so that
+  // hvdrun hears the cause before the neighbours fail on the closed connections.
+  std::function<void(const std::string&)> on_fatal;
 
  private:
   struct Header;

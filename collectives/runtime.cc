@@ -128,6 +128,7 @@ Status Runtime::connect_ring() {
   if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
   if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
+  ring_comm_->on_fatal = [this](const std::string& m) { report_fatal(m); };
   return {};
 }
 
@@ -136,13 +137,12 @@ Status Runtime::check_ready(const char* what) {
   return {};
 }
 
-// Prefixes the rank. A mismatch or a time-out is told to hvdrun, which tears the job down
-// with the message; a lost peer is not: its own exit is the news hvdrun reports.
+// Prefixes the rank. (A mismatch or a time-out has already been told to hvdrun by the
+// ring; a lost peer is not: its own exit is the news hvdrun reports.)
 Status Runtime::after(Status s) {
   if (s) return s;
   Error e = s.error();
   e.message = "rank " + std::to_string(view_.rank) + ": " + e.message;
-  if (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT) report_fatal(e.message);
   return e;
 }
 

@@ -96,8 +96,8 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
                       ": the server failed authentication (wrong HVDRUN_SECRET, or not this job's hvdrun)");
   if (auto s = c.send(MsgType::kAuth, client_proof(secret, server_nonce, client_nonce), deadline); !s)
     return s.error();
-  // The server's auth-ok is read with the reply to the first request (one round trip less).
-  c.auth_ok_pending_ = true;
+  // A good proof gets no answer of its own: the reply to our first request says it, and
+  // a bad one gets an error there instead.
   return c;
 }
 
@@ -160,18 +160,10 @@ Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
 
 Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time_point deadline) {
   if (auto s = send(type, payload, deadline); !s) return s.error();
-  if (auth_ok_pending_) {
-    auto ok = recv(deadline, kMaxFrameBeforeAuth);
-    if (!ok) {
-      if (ok.error().message.find("authentication failed") != std::string::npos)
-        return make_error("rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
-      return ok.error();
-    }
-    if (ok->type != MsgType::kAuthOk)
-      return make_error("rendezvous " + endpoint_ + ": authentication refused by the server");
-    auth_ok_pending_ = false;
-  }
-  return recv(deadline);
+  auto f = recv(deadline);
+  if (!f && f.error().message.find(": authentication failed") != std::string::npos)
+    return make_error("rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
+  return f;
 }
 
 Result<Registered> Client::register_rank(const RegisterRequest& req, Clock::time_point deadline) {
@@ -228,11 +220,12 @@ Result<int64_t> Client::add(const std::string& key, int64_t delta) {
 }
 
 Status Client::barrier(const std::string& name, int n, double timeout_s) {
-  auto count = add(name + "/count", 1);
-  if (!count) return count.error();
-  std::string done = name + "/done";
-  if (*count == n) return set(done, "1");
-  return wait({done}, timeout_s);
+  uint32_t ms = static_cast<uint32_t>(std::min(timeout_s, 4e6) * 1000);
+  auto f = call(MsgType::kBarrier, encode_barrier({name, n, ms}), after(timeout_s + 5));
+  if (!f) return f.error();
+  if (f->type == MsgType::kTimeout)
+    return make_error("barrier '" + name + "' timed out after " + std::to_string(timeout_s) + " s", ETIMEDOUT);
+  return {};
 }
 
 Status Client::report_fatal(const std::string& message) {

@@ -24,7 +24,6 @@ class Client {
 
   Client(Client&&) = default;
   Client& operator=(Client&&) = default;
-  // (The handshake's last reply, auth-ok, is read together with the first call's reply.)
 
   // Registers and waits (until `deadline`) for every rank to register.
   Result<Registered> register_rank(const RegisterRequest& req, Clock::time_point deadline);
@@ -34,7 +33,7 @@ class Client {
   Result<std::string> get(const std::string& key);  // error code kNotFoundCode when absent
   Status wait(const std::vector<std::string>& keys, double timeout_s);
   Result<int64_t> add(const std::string& key, int64_t delta);
-  // set+wait helper: every one of `n` participants calls it with the same name.
+  // Returns when `n` participants have called it with the same name (one round trip).
   Status barrier(const std::string& name, int n, double timeout_s);
   Status report_fatal(const std::string& message);
 
@@ -53,7 +52,6 @@ class Client {
 
   UniqueFd fd_;
   std::string endpoint_;
-  bool auth_ok_pending_ = false;
 };
 
 }  // namespace hvdrun::rdv

@@ -40,6 +40,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kNotFound: return "not-found";
     case MsgType::kTimeout: return "timeout";
     case MsgType::kCounter: return "counter";
+    case MsgType::kBarrier: return "barrier";
     case MsgType::kFatal: return "fatal";
   }
   return "unknown";
@@ -169,6 +170,22 @@ Result<std::pair<std::string, int64_t>> decode_add(std::string_view payload) {
   std::pair<std::string, int64_t> a;
   if (!(r.str(a.first, kMaxKeyBytes) && r.i64(a.second) && r.done())) return malformed("add");
   return a;
+}
+
+std::string encode_barrier(const BarrierRequest& b) {
+  Writer w;
+  w.str(b.name);
+  w.i32(b.parties);
+  w.u32(b.timeout_ms);
+  return w.take();
+}
+
+Result<BarrierRequest> decode_barrier(std::string_view payload) {
+  Reader r(payload);
+  BarrierRequest b;
+  if (!(r.str(b.name, kMaxKeyBytes) && r.i32(b.parties) && r.u32(b.timeout_ms) && r.done()) || b.parties < 1)
+    return malformed("barrier");
+  return b;
 }
 
 std::string encode_string(std::string_view s) {

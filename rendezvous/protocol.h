@@ -31,7 +31,7 @@ enum class MsgType : uint8_t {
   kHello = 1,      // c->s: client nonce
   kChallenge = 2,  // s->c: server nonce, server proof
   kAuth = 3,       // c->s: client proof
-  kAuthOk = 4,     // s->c
+  kAuthOk = 4,     // reserved (version 1 answers a good auth with the first reply)
   kError = 5,      // s->c: message; the server closes after it
   // Registration.
   kRegister = 10,    // c->s: rank, size, host, data address, data port
@@ -48,6 +48,7 @@ enum class MsgType : uint8_t {
   kNotFound = 26,  // s->c
   kTimeout = 27,   // s->c: the keys still missing
   kCounter = 28,   // s->c: i64 after add
+  kBarrier = 29,   // c->s: name, parties i32, timeout ms u32 -> ok / timeout
   // Fatal error of a worker: hvdrun tears the job down with this message.
   kFatal = 30,  // c->s: message
 };
@@ -99,6 +100,13 @@ std::string encode_wait(uint32_t timeout_ms, const std::vector<std::string>& key
 Result<std::pair<uint32_t, std::vector<std::string>>> decode_wait(std::string_view payload);
 std::string encode_add(std::string_view key, int64_t delta);
 Result<std::pair<std::string, int64_t>> decode_add(std::string_view payload);
+struct BarrierRequest {
+  std::string name;
+  int32_t parties = 0;
+  uint32_t timeout_ms = 0;
+};
+std::string encode_barrier(const BarrierRequest& b);
+Result<BarrierRequest> decode_barrier(std::string_view payload);
 std::string encode_string(std::string_view s);
 Result<std::string> decode_string(std::string_view payload);
 std::string encode_i64(int64_t v);

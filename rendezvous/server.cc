@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <set>
@@ -98,7 +99,7 @@ class Session : public std::enable_shared_from_this<Session> {
     deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec && self->state_ != State::kReady) self->reject("no authentication within the handshake time-out");
     });
-    read_header();
+    read_more();
   }
 
   void send(MsgType type, std::string_view payload) {
@@ -139,24 +140,43 @@ class Session : public std::enable_shared_from_this<Session> {
     close();
   }
 
-  void read_header() {
-    asio::async_read(sock_, asio::buffer(header_), [self = shared_from_this()](auto ec, size_t) {
-      if (ec) return self->on_eof();
-      size_t max = self->state_ == State::kReady ? kMaxFrame : kMaxFrameBeforeAuth;
-      auto len = decode_length(self->header_.data(), max);
-      if (!len) return self->protocol_error(len.error().message);
-      self->body_.resize(*len);
-      self->read_body();
-    });
+  // Reads whatever has arrived into inbuf_ and handles every complete frame in it: one
+  // read for several frames, and for a frame's header and body together.
+  void read_more() {
+    if (inbuf_.size() - inlen_ < 4096) inbuf_.resize(std::max<size_t>(inbuf_.size() * 2, 8192));
+    sock_.async_read_some(asio::buffer(inbuf_.data() + inlen_, inbuf_.size() - inlen_),
+                          [self = shared_from_this()](auto ec, size_t n) {
+                            if (ec) return self->on_eof();
+                            self->inlen_ += n;
+                            if (self->parse_frames()) self->read_more();
+                          });
   }
 
-  void read_body() {
-    asio::async_read(sock_, asio::buffer(body_), [self = shared_from_this()](auto ec, size_t) {
-      if (ec) return self->on_eof();
-      auto frame = decode_body(self->body_);
-      if (!frame) return self->protocol_error(frame.error().message);
-      if (self->handle(*frame)) self->read_header();
-    });
+  // Returns true to keep reading.
+  bool parse_frames() {
+    size_t pos = 0;
+    while (!closing_ && !closed_ && inlen_ - pos >= kHeaderBytes) {
+      size_t max = state_ == State::kReady ? kMaxFrame : kMaxFrameBeforeAuth;
+      auto len = decode_length(inbuf_.data() + pos, max);
+      if (!len) {
+        protocol_error(len.error().message);
+        return false;
+      }
+      if (inlen_ - pos < kHeaderBytes + *len) {
+        if (inbuf_.size() < kHeaderBytes + *len) inbuf_.resize(kHeaderBytes + *len + 4096);
+        break;
+      }
+      auto frame = decode_body(std::string_view(inbuf_.data() + pos + kHeaderBytes, *len));
+      pos += kHeaderBytes + *len;
+      if (!frame) {
+        protocol_error(frame.error().message);
+        return false;
+      }
+      if (!handle(*frame)) return false;
+    }
+    std::memmove(inbuf_.data(), inbuf_.data() + pos, inlen_ - pos);
+    inlen_ -= pos;
+    return !closing_ && !closed_;
   }
 
   void on_eof() {
@@ -193,9 +213,9 @@ class Session : public std::enable_shared_from_this<Session> {
           send(MsgType::kError, encode_string("authentication failed"));
           return false;
         }
+        // Success is silent: the reply to the first request says it (one message less).
         state_ = State::kReady;
         deadline_.cancel();
-        send(MsgType::kAuthOk, "");
         return true;
       }
       case State::kReady:
@@ -275,25 +295,22 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kWait: {
         auto w = decode_wait(f.payload);
         if (!w) return fail(w.error().message), false;
-        auto waiter = std::make_shared<Waiter>();
-        waiter->session = shared_from_this();
-        for (auto& k : w->second)
-          if (!s.kv.count(k)) waiter->missing.insert(k);
-        if (waiter->missing.empty()) {
+        return park(w->second, w->first);
+      }
+      case MsgType::kBarrier: {
+        auto b = decode_barrier(f.payload);
+        if (!b) return fail(b.error().message), false;
+        std::string count_key = b->name + "/count", done_key = b->name + "/done";
+        int64_t v = 1;
+        if (auto it = s.kv.find(count_key); it != s.kv.end()) v += std::stoll(it->second);
+        s.kv[count_key] = std::to_string(v);
+        if (v >= b->parties) {
+          s.kv[done_key] = "1";
           send(MsgType::kOk, "");
+          s.notify_key(done_key);
           return true;
         }
-        for (const auto& k : waiter->missing) s.waiters.emplace(k, waiter);
-        waiter->timer = std::make_unique<asio::steady_timer>(s.io, std::chrono::milliseconds(w->first));
-        waiter->timer->async_wait([waiter](const boost::system::error_code& ec) {
-          if (ec || waiter->done) return;
-          waiter->done = true;
-          if (!waiter->session->closed())
-            waiter->session->send(
-                MsgType::kTimeout,
-                encode_keys(std::vector<std::string>(waiter->missing.begin(), waiter->missing.end())));
-        });
-        return true;
+        return park({done_key}, b->timeout_ms);
       }
       case MsgType::kFatal: {
         auto m = decode_string(f.payload);
@@ -306,6 +323,29 @@ class Session : public std::enable_shared_from_this<Session> {
         fail(std::string("unexpected message ") + msg_type_name(f.type));
         return false;
     }
+  }
+
+  // Answers ok once every key exists, or timeout (with the missing keys) after `timeout_ms`.
+  bool park(const std::vector<std::string>& keys, uint32_t timeout_ms) {
+    auto& s = srv_;
+    auto waiter = std::make_shared<Waiter>();
+    waiter->session = shared_from_this();
+    for (auto& k : keys)
+      if (!s.kv.count(k)) waiter->missing.insert(k);
+    if (waiter->missing.empty()) {
+      send(MsgType::kOk, "");
+      return true;
+    }
+    for (const auto& k : waiter->missing) s.waiters.emplace(k, waiter);
+    waiter->timer = std::make_unique<asio::steady_timer>(s.io, std::chrono::milliseconds(timeout_ms));
+    waiter->timer->async_wait([waiter](const boost::system::error_code& ec) {
+      if (ec || waiter->done) return;
+      waiter->done = true;
+      if (!waiter->session->closed())
+        waiter->session->send(MsgType::kTimeout,
+                              encode_keys(std::vector<std::string>(waiter->missing.begin(), waiter->missing.end())));
+    });
+    return true;
   }
 
   void write_next() {
@@ -322,8 +362,8 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer deadline_;
   std::string peer_;
   State state_ = State::kHello;
-  std::array<char, kHeaderBytes> header_{};
-  std::string body_;
+  std::vector<char> inbuf_;
+  size_t inlen_ = 0;
   std::string client_nonce_, server_nonce_;
   std::deque<std::string> outbox_;
   bool closing_ = false, closed_ = false;

@@ -25,5 +25,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)decode_string(payload);
   (void)decode_i64(payload);
   (void)decode_keys(payload);
+  (void)decode_barrier(payload);
   return 0;
 }

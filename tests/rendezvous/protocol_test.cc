@@ -50,6 +50,12 @@ TEST(Protocol, MessagesRoundTrip) {
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->second, -5);
   EXPECT_EQ(*decode_i64(encode_i64(1LL << 40)), 1LL << 40);
+  auto b = decode_barrier(roundtrip(MsgType::kBarrier, encode_barrier({"hvd/b/3", 16384, 30000})).payload);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->name, "hvd/b/3");
+  EXPECT_EQ(b->parties, 16384);
+  EXPECT_EQ(b->timeout_ms, 30000u);
+  EXPECT_FALSE(decode_barrier(encode_barrier({"x", 0, 1})).ok());  // no parties
   EXPECT_EQ(*decode_keys(encode_keys({"x"})), std::vector<std::string>{"x"});
 }
 

@@ -262,6 +262,21 @@ TEST(RendezvousServer, StartTimeoutMessageListsTheFirstFewThenACount) {
   EXPECT_NE(m.find("... and 12 more ranks did not reach it"), std::string::npos);
 }
 
+TEST(RendezvousServer, BarrierWaitsForEveryPartyAndTimesOut) {
+  Fixture f(1);
+  Client a = f.connect();
+  auto t = a.barrier("lonely", 2, 0.2);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().code, ETIMEDOUT);
+  Client b = f.connect(), c = f.connect();
+  auto first = std::async(std::launch::async, [&] { return b.barrier("pair", 2, 10); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(first.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout) << "returned before the 2nd";
+  ASSERT_TRUE(c.barrier("pair", 2, 10).ok());
+  EXPECT_TRUE(first.get().ok());
+  EXPECT_EQ(*c.get("pair/done"), "1");
+}
+
 TEST(RendezvousServer, FatalErrorReachesTheLauncher) {
   Fixture f(1);
   Client c = f.connect();

@@ -7,9 +7,12 @@ scripts/install-deps.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2)
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
-  for san in address thread; do
-    BUILD_DIR=build-$san BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$san -DHVDRUN_BUILD_BENCH=OFF
-    (cd build-$san && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2 -L "sanitize-$san")
+  # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
+  # "process" = the real hvdrun with real workers. ASan/UBSan runs both, TSan the first.
+  for san in address:'runtime|process' thread:runtime; do
+    kind=${san%%:*} labels=${san#*:}
+    BUILD_DIR=build-$kind BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$kind -DHVDRUN_BUILD_BENCH=OFF
+    (cd build-$kind && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2 -L "$labels")
   done
 fi
 # A short libFuzzer run of the rendezvous frame parser (clang).

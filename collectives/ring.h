@@ -16,8 +16,8 @@ namespace hvdrun {
 
 struct RingOptions {
   double timeout_s = 60;          // HVDRUN_TIMEOUT
-  int spin_us = 50;               // HVDRUN_SPIN_US
-  size_t segment_bytes = 256 << 10;  // HVDRUN_SEGMENT_BYTES
+  int spin_us = 50;                   // HVDRUN_SPIN_US
+  size_t segment_bytes = 256 << 10;   // HVDRUN_SEGMENT_BYTES
   size_t small_bytes = 64 << 10;     // allreduces up to this size take the one-pass path
 };
 

@@ -106,10 +106,18 @@ Status Runtime::init() {
   return {};
 }
 
+// HVDRUN_SPIN_US, where "auto" spins long only when this host's ranks fit its cores: a
+// spinning rank must never keep the peer it waits for off the CPU.
+int spin_microseconds(int local_ranks) {
+  std::string v = tunable_string("HVDRUN_SPIN_US");
+  if (v == "auto") return local_ranks <= static_cast<int>(std::thread::hardware_concurrency()) ? 1000 : 50;
+  return static_cast<int>(tunable_int("HVDRUN_SPIN_US"));
+}
+
 Status Runtime::connect_ring() {
   RingOptions ro;
   ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
-  ro.spin_us = static_cast<int>(tunable_int("HVDRUN_SPIN_US"));
+  ro.spin_us = spin_microseconds(view_.local_size);
   ro.segment_bytes = static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SEGMENT_BYTES")));
   if (view_.size == 1) {
     ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);

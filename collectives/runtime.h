@@ -57,6 +57,8 @@ class Runtime {
   Status after(Status s);
 };
 
+int spin_microseconds(int local_ranks);
+
 // Reads the rank contract from the environment (pure over a getter, for tests).
 Result<RankView> rank_view_from_env(const std::function<const char*(const char*)>& getenv_fn);
 

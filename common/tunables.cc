@@ -20,11 +20,13 @@ constexpr Tunable kTable[] = {
     // Worker side (libhvdrun).
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},
-    {"HVDRUN_SPIN_US", "50", TunableUse::kWorker,
-     "Microseconds a rank polls a socket before it blocks in poll()."},
+    {"HVDRUN_SPIN_US", "auto", TunableUse::kWorker,
+     "Microseconds a rank polls its sockets (yielding the CPU between polls) before it blocks in poll(); "
+     "auto: 1000 when this host's ranks fit its cores, else 50."},
     {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
-     "Pipeline segment size of the ring collectives, in bytes."},
-    {"HVDRUN_SOCKET_BUFFER", "4194304", TunableUse::kWorker, "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes."},
+     "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
+    {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,
+     "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes; small enough that data in flight stays in cache."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},

@@ -40,7 +40,7 @@ class Pair {
 struct PairOptions {
   std::string secret;
   int self_rank = -1;
-  int buffer_bytes = 4 << 20;
+  int buffer_bytes = 512 << 10;
   Clock::time_point deadline;
 };
 

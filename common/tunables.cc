@@ -16,12 +16,12 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_KILL_GRACE", "5", TunableUse::kLauncher,
      "Seconds between SIGTERM and SIGKILL when a job is torn down (--kill-grace)."},
     {"HVDRUN_LOG_LEVEL", "warn", TunableUse::kLauncher,
-     "Log level of hvdrun and libhvdrun: trace, debug, info, warn, error, off (--log-level)."},
+     "hvdrun's log level: trace, debug, info, warn, error, critical, off (--log-level)."},
     // Worker side (libhvdrun).
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},
     {"HVDRUN_SPIN_US", "auto", TunableUse::kWorker,
-     "Microseconds a rank polls its sockets (yielding the CPU between polls) before it blocks in poll(); "
+     "Microseconds a rank polls its sockets before it blocks in poll(); "
      "auto: 1000 when this host's ranks fit its cores, else 50."},
     {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
      "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},

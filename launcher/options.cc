@@ -15,6 +15,23 @@ constexpr const char* kDescription =
 
 }  // namespace
 
+std::string environment_help() {
+  std::string out;
+  const char* titles[] = {"hvdrun reads:", "libhvdrun (the workers) reads:", "hvdrun sets for every worker:"};
+  TunableUse uses[] = {TunableUse::kLauncher, TunableUse::kWorker, TunableUse::kContract};
+  for (int i = 0; i < 3; ++i) {
+    out += titles[i];
+    out += "\n";
+    for (const auto& t : all_tunables()) {
+      if (t.use != uses[i]) continue;
+      std::string name(t.env);
+      if (!t.default_value.empty()) name += " (default " + std::string(t.default_value) + ")";
+      out += "  " + name + "\n      " + std::string(t.help) + "\n";
+    }
+  }
+  return out;
+}
+
 Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args_in) {
   ParsedCommandLine out;
   LaunchOptions& o = out.options;
@@ -53,6 +70,8 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
       ->type_name("LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_flag("--dry-run", o.dry_run, "Print the plan, one JSON object per rank, and start nothing");
+  bool help_env = false;
+  app.add_flag("--help-env", help_env, "List every environment variable hvdrun and libhvdrun read or set, and exit");
 
   // Horovod's and mpirun's single-dash "-np" is not a CLI11 short option: rewrite it, but
   // only before the command (the command's own "-np" is its business).
@@ -87,6 +106,11 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     return make_error(msg + " (see 'hvdrun --help')", 2);
   }
 
+  if (help_env) {
+    out.action = ParsedCommandLine::Action::kPrintAndExit;
+    out.print = environment_help();
+    return out;
+  }
   o.command = app.remaining();
   if (!o.command.empty() && o.command.front() == "--") {
     o.command.erase(o.command.begin());

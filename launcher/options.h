@@ -38,4 +38,7 @@ struct ParsedCommandLine {
 // Errors carry exit code 2 and one line naming the bad value.
 Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args);
 
+// The table of environment variables (common/tunables.cc), for --help-env.
+std::string environment_help();
+
 }  // namespace hvdrun

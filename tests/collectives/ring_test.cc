@@ -72,7 +72,8 @@ TEST_P(RingAllreduce, EveryDtypeOpCountAndPlacement) {
   RingOptions o;
   o.segment_bytes = 4096;  // many segments even for modest counts
   auto rings = make_rings(n, o);
-  std::vector<size_t> counts = {0, 1, static_cast<size_t>(std::max(n - 1, 0)), static_cast<size_t>(n + 1), 1003};
+  std::vector<size_t> counts = {0, 1, static_cast<size_t>(std::max(n - 1, 0)), static_cast<size_t>(n + 1), 1003,
+                                (1 << 20) + 3};
   auto results = on_all(n, [&](int r) -> std::string {
     for (int t = HVD_INT8; t <= HVD_FLOAT64; ++t)
       for (int op = HVD_OP_SUM; op <= HVD_OP_PRODUCT; ++op) {

@@ -70,6 +70,10 @@ TEST(Options, HelpAndVersion) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->action, ParsedCommandLine::Action::kPrintAndExit);
   EXPECT_NE(r->print.find("--hostfile"), std::string::npos);
+  r = parse({"--help-env"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->print.find("HVDRUN_TIMEOUT (default 60)"), std::string::npos) << r->print;
+  EXPECT_NE(r->print.find("HOROVOD_CROSS_RANK"), std::string::npos);
   r = parse({"--version"});
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->print.find("hvdrun "), std::string::npos);

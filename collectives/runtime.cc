@@ -85,8 +85,12 @@ Status Runtime::init() {
   auto listener = transport::listen_tcp(iface.empty() ? "" : advertise, advertise);
   if (!listener) return err(HVD_ERR_INTERNAL, "rank " + std::to_string(view->rank) + ": " + listener.error().message);
 
+  // hvdrun owns the start time-out and names the missing ranks when it passes (its clock
+  // may restart at the first registration): wait longer than it, so that its message wins.
   rdv::RegisterRequest req{view->rank, view->size, view->host, listener->addr, listener->port};
-  auto reg = client->register_rank(req, deadline);
+  auto reg = client->register_rank(
+      req, rdv::Clock::now() + std::chrono::duration_cast<rdv::Clock::duration>(
+                                   std::chrono::duration<double>(2 * start_timeout + 10)));
   if (!reg) {
     int code = reg.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS;
     return err(code, "rank " + std::to_string(view->rank) + ": " + reg.error().message);

@@ -26,6 +26,7 @@ double now_s() {
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
+constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous failures are weighed
 
 bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
 
@@ -95,13 +96,6 @@ bool LocalAgent::any_group_alive() const {
 
 void LocalAgent::reap() {
   // hvdrun is a child subreaper: orphaned grandchildren come here too and are reaped.
-  // Of the failures reaped together, one killed by a signal is the likelier cause (its
-  // peers fail because it died), then the lowest rank, as mpirun reports.
-  struct Failure {
-    const Worker* w;
-    int status;
-  };
-  std::vector<Failure> failures;
   while (true) {
     int st = 0;
     pid_t pid = waitpid(-1, &st, WNOHANG);
@@ -110,17 +104,26 @@ void LocalAgent::reap() {
       if (w.pid != pid) continue;
       w.exited = true;
       if (on_worker_exit) on_worker_exit(w.rank);
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) failures.push_back({&w, st});
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !tearing_down_) {
+        failures_.push_back({w.rank, w.host, st});
+        if (!report_at_) report_at_ = now_s() + kFailureWindow;
+      }
       break;
     }
   }
-  if (failures.empty() || tearing_down_) return;
-  auto better = [](const Failure& a, const Failure& b) {
+}
+
+// A worker killed by a signal closes its sockets a moment before its parent can reap it,
+// so its peers may fail and exit first. Failures seen within kFailureWindow of the first
+// are weighed together: a signal death is the likelier cause, then the lowest rank (as
+// mpirun reports).
+void LocalAgent::report_failure() {
+  auto better = [](const FailedWorker& a, const FailedWorker& b) {
     if (WIFSIGNALED(a.status) != WIFSIGNALED(b.status)) return WIFSIGNALED(a.status);
-    return a.w->rank < b.w->rank;
+    return a.rank < b.rank;
   };
-  const Failure& f = *std::min_element(failures.begin(), failures.end(), better);
-  std::string msg = "hvdrun: rank " + std::to_string(f.w->rank) + " (host " + f.w->host + ") ";
+  const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
+  std::string msg = "hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") ";
   int code;
   if (WIFSIGNALED(f.status)) {
     int sig = WTERMSIG(f.status);
@@ -130,6 +133,7 @@ void LocalAgent::reap() {
     msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
     code = WEXITSTATUS(f.status);
   }
+  report_at_.reset();
   teardown(msg, code);
 }
 
@@ -192,6 +196,12 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     reap();
     bool all_exited = true;
     for (auto& w : workers_) all_exited = all_exited && w.exited;
+    if (report_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
+      if (tearing_down_)
+        report_at_.reset();
+      else
+        report_failure();
+    }
     bool pipes_open = false;
     for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
     if (all_exited) {
@@ -240,6 +250,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (congested) timeout = 0.005;
     if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - now_s());
     if (drain_deadline) timeout = std::min(timeout, *drain_deadline - now_s());
+    if (report_at_) timeout = std::min(timeout, *report_at_ - now_s());
     if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
     int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
 

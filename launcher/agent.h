@@ -61,6 +61,7 @@ class LocalAgent {
   void teardown(const std::string& message, int exit_code);
   void signal_all(int sig);
   void reap();
+  void report_failure();
   bool any_group_alive() const;
 
   AgentOptions opts_;
@@ -74,6 +75,13 @@ class LocalAgent {
   bool tearing_down_ = false;
   bool killed_ = false;
   std::optional<double> kill_deadline_;
+  struct FailedWorker {
+    int rank;
+    std::string host;
+    int status;
+  };
+  std::vector<FailedWorker> failures_;
+  std::optional<double> report_at_;  // when the failures seen so far are reported
   AgentResult result_;
 };
 

@@ -6,7 +6,7 @@
 
 namespace hvdrun {
 
-AsyncWriter::AsyncWriter(int fd) : fd_(fd), thread_([this] { run(); }) {}
+AsyncWriter::AsyncWriter(int fd) : fd_(fd) {}
 
 AsyncWriter::~AsyncWriter() {
   {
@@ -14,7 +14,7 @@ AsyncWriter::~AsyncWriter() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void AsyncWriter::write(std::string data) {
@@ -24,6 +24,8 @@ void AsyncWriter::write(std::string data) {
     if (failed_) return;
     queued_bytes_ += data.size();
     queue_.push_back(std::move(data));
+    // The thread starts with the first output: a silent job never pays for it.
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   cv_.notify_all();
 }

@@ -25,6 +25,16 @@ int guarded(Fn&& fn) {
   }
 }
 
+// Runs fn(runtime) under the runtime lock, as a guarded call.
+template <class Fn>
+int with_runtime(Fn&& fn) {
+  return guarded([&] {
+    auto& rt = hvdrun::Runtime::instance();
+    std::lock_guard<std::mutex> lk(rt.mutex());
+    return fn(rt);
+  });
+}
+
 template <class Fn>
 int view_field(Fn&& fn) {
   auto& rt = hvdrun::Runtime::instance();
@@ -37,19 +47,11 @@ int view_field(Fn&& fn) {
 extern "C" {
 
 int hvd_init(void) {
-  return guarded([] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.init();
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.init(); });
 }
 
 int hvd_shutdown(void) {
-  return guarded([] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.shutdown();
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.shutdown(); });
 }
 
 int hvd_initialized(void) {
@@ -66,35 +68,19 @@ int hvd_cross_rank(void) { return view_field([](const hvdrun::RankView& v) { ret
 int hvd_cross_size(void) { return view_field([](const hvdrun::RankView& v) { return v.cross_size; }); }
 
 int hvd_barrier(void) {
-  return guarded([] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.barrier();
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.barrier(); });
 }
 
 int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  return guarded([&] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.allreduce(sendbuf, recvbuf, count, dtype, op);
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.allreduce(sendbuf, recvbuf, count, dtype, op); });
 }
 
 int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
-  return guarded([&] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.broadcast(buf, count, dtype, root);
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.broadcast(buf, count, dtype, root); });
 }
 
 int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype) {
-  return guarded([&] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return rt.allgather(sendbuf, recvbuf, sendcount, dtype);
-  });
+  return with_runtime([&](hvdrun::Runtime& rt) { return rt.allgather(sendbuf, recvbuf, sendcount, dtype); });
 }
 
 const char* hvd_last_error(void) { return g_last_error.c_str(); }

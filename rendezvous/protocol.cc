@@ -18,6 +18,20 @@ bool get_peer(Reader& r, PeerInfo& p) {
   return r.i32(p.rank) && r.str(p.host, 1024) && r.str(p.addr, 1024) && r.i32(p.port);
 }
 
+void put_keys(Writer& w, const std::vector<std::string>& keys) {
+  w.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+}
+
+bool get_keys(Reader& r, std::vector<std::string>& keys) {
+  uint32_t n;
+  if (!r.u32(n) || n > kMaxWaitKeys) return false;
+  keys.resize(n);
+  for (auto& k : keys)
+    if (!r.str(k, kMaxKeyBytes)) return false;
+  return true;
+}
+
 }  // namespace
 
 const char* msg_type_name(MsgType t) {
@@ -142,19 +156,15 @@ Result<std::pair<std::string, std::string>> decode_key_value(std::string_view pa
 std::string encode_wait(uint32_t timeout_ms, const std::vector<std::string>& keys) {
   Writer w;
   w.u32(timeout_ms);
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
+  put_keys(w, keys);
   return w.take();
 }
 
 Result<std::pair<uint32_t, std::vector<std::string>>> decode_wait(std::string_view payload) {
   Reader r(payload);
-  uint32_t timeout, n;
-  if (!r.u32(timeout) || !r.u32(n) || n > kMaxWaitKeys) return malformed("wait");
-  std::vector<std::string> keys(n);
-  for (auto& k : keys)
-    if (!r.str(k, kMaxKeyBytes)) return malformed("wait");
-  if (!r.done()) return malformed("wait");
+  uint32_t timeout;
+  std::vector<std::string> keys;
+  if (!(r.u32(timeout) && get_keys(r, keys) && r.done())) return malformed("wait");
   return std::make_pair(timeout, std::move(keys));
 }
 
@@ -216,19 +226,14 @@ Result<int64_t> decode_i64(std::string_view payload) {
 
 std::string encode_keys(const std::vector<std::string>& keys) {
   Writer w;
-  w.u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.str(k);
+  put_keys(w, keys);
   return w.take();
 }
 
 Result<std::vector<std::string>> decode_keys(std::string_view payload) {
   Reader r(payload);
-  uint32_t n;
-  if (!r.u32(n) || n > kMaxWaitKeys) return malformed("keys");
-  std::vector<std::string> keys(n);
-  for (auto& k : keys)
-    if (!r.str(k, kMaxKeyBytes)) return malformed("keys");
-  if (!r.done()) return malformed("keys");
+  std::vector<std::string> keys;
+  if (!(get_keys(r, keys) && r.done())) return malformed("keys");
   return keys;
 }
 

@@ -1,5 +1,6 @@
 // hvdrun: wires the command line to the launcher. All logic lives in launcher/.
 #include <sys/prctl.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <spdlog/spdlog.h>
@@ -14,6 +15,12 @@ int main(int argc, char** argv) {
   // Before any thread exists: signals go to the event loop, orphans come back to us.
   hvdrun::block_handled_signals();
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Two pipes per local worker: take the whole open-file allowance, as mpirun does.
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   try {
     auto parsed = hvdrun::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     if (!parsed) {

@@ -42,11 +42,17 @@ Result<std::string> resolve_program(const std::string& program, const std::strin
   return first_bad;
 }
 
+static Error pipe_error() {
+  std::string msg = std::string("pipe: ") + std::strerror(errno);
+  if (errno == EMFILE) msg += " (each local worker needs 2 descriptors: raise 'ulimit -n')";
+  return make_error(msg, 3);
+}
+
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno), 3);
+  if (pipe2(out, O_CLOEXEC) != 0) return pipe_error();
   UniqueFd out_r(out[0]), out_w(out[1]);
-  if (pipe2(err, O_CLOEXEC) != 0) return make_error(std::string("pipe: ") + std::strerror(errno), 3);
+  if (pipe2(err, O_CLOEXEC) != 0) return pipe_error();
   UniqueFd err_r(err[0]), err_w(err[1]);
 
   posix_spawn_file_actions_t fa;

@@ -240,6 +240,12 @@ TEST(Launch, SixtyFourLocalWorkers) {
   }
 }
 
+TEST(Launch, RaisesTheOpenFileLimitForManyWorkers) {
+  // 40 workers need 80 pipe ends: more than a soft limit of 64 allows, fine under the hard one.
+  auto o = run({"sh", "-c", "ulimit -Sn 64 && exec " + kHvdrun + " -np 40 true"}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+}
+
 TEST(Launch, ExitCodes) {
   EXPECT_EQ(run(hvd({"-np", "2", "true"})).exit_code, 0);
   EXPECT_EQ(run(hvd({"-np", "2", "sh", "-c", "exit $((RANK + 3))"})).exit_code, 3);

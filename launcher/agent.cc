@@ -263,8 +263,13 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
         int sig = static_cast<int>(si.ssi_signo);
         if (sig == SIGCHLD) continue;  // reaped at the top of the loop
-        if (sig == SIGUSR1 || sig == SIGUSR2) {
-          signal_all(sig);
+        if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
+          signal_all(sig);  // SIGCONT: hvdrun was resumed (fg); resume the workers too
+          continue;
+        }
+        if (sig == SIGTSTP) {  // Ctrl-Z: stop the workers, then ourselves
+          signal_all(SIGTSTP);
+          kill(getpid(), SIGSTOP);
           continue;
         }
         if (tearing_down_) {  // a second interrupt: no more grace

@@ -25,7 +25,7 @@ Result<std::string> check_executable(const std::string& path, const std::string&
 }  // namespace
 
 const std::vector<int>& handled_signals() {
-  static const std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  static const std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT};
   return s;
 }
 

@@ -228,6 +228,35 @@ TEST(Launch, Sigusr1IsForwardedToWorkers) {
   std::filesystem::remove_all(dir);
 }
 
+// The state letter of /proc/PID/stat ('T' when stopped).
+char proc_state(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) {
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  Process p(hvd({"-np", "2", "sh", "-c", "echo $$ >> " + pids + "; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo done"}));
+  ASSERT_TRUE(wait_for_lines(pids, 2, 20));
+  auto workers = read_pids(pids);
+  p.signal(SIGTSTP);
+  bool stopped = false;
+  for (int i = 0; i < 200 && !stopped; ++i) {
+    stopped = proc_state(workers[0]) == 'T' && proc_state(workers[1]) == 'T' && proc_state(p.pid()) == 'T';
+    usleep(10000);
+  }
+  EXPECT_TRUE(stopped) << "hvdrun " << proc_state(p.pid()) << ", workers " << proc_state(workers[0])
+                       << proc_state(workers[1]);
+  p.signal(SIGCONT);
+  auto o = p.wait(60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:done"), std::string::npos);
+  EXPECT_NE(o.out.find("[1]<stdout>:done"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Launch, SixtyFourLocalWorkers) {
   auto o = run(hvd({"-np", "64", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE"}), 60);
   ASSERT_EQ(o.exit_code, 0) << o.err;

@@ -268,7 +268,8 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
           continue;
         }
         if (sig == SIGTSTP) {  // Ctrl-Z: stop the workers, then ourselves
-          signal_all(SIGTSTP);
+          // SIGSTOP, not SIGTSTP: the kernel drops SIGTSTP to a group it deems orphaned.
+          signal_all(SIGSTOP);
           kill(getpid(), SIGSTOP);
           continue;
         }

@@ -14,38 +14,16 @@
 #include <random>
 #include <thread>
 
+#include "common/socket_io.h"
 #include "rendezvous/auth.h"
 
 namespace hvdrun::rdv {
 namespace {
 
-int ms_until(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 1 << 30));
-}
-
 Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// One non-blocking connect attempt, bounded by the deadline.
-Result<UniqueFd> try_connect(const sockaddr_storage& sa, socklen_t len, Clock::time_point deadline) {
-  UniqueFd fd(socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return make_error(std::string("socket: ") + std::strerror(errno));
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) != 0) {
-    if (errno != EINPROGRESS) return make_error(std::strerror(errno), errno);
-    pollfd p{fd.get(), POLLOUT, 0};
-    int n = poll(&p, 1, ms_until(deadline));
-    if (n == 0) return make_error("connection timed out", ETIMEDOUT);
-    int err = 0;
-    socklen_t elen = sizeof err;
-    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-    if (err) return make_error(std::strerror(err), err);
-  }
-  int one = 1;
-  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
 
 }  // namespace
 
@@ -67,8 +45,10 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
   std::mt19937 rng(*reinterpret_cast<const uint32_t*>(seed.data()));
   double backoff = 0.01;
   while (true) {
-    auto fd = try_connect(sa, salen, deadline);
+    auto fd = connect_tcp(reinterpret_cast<const sockaddr*>(&sa), salen, deadline);
     if (fd) {
+      int one = 1;
+      setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       c.fd_ = std::move(*fd);
       break;
     }
@@ -103,52 +83,29 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
 
 Status Client::send(MsgType type, const std::string& payload, Clock::time_point deadline) {
   std::string frame = encode_frame(type, payload);
-  size_t off = 0;
-  while (off < frame.size()) {
-    ssize_t n = ::send(fd_.get(), frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd_.get(), POLLOUT, 0};
-      if (poll(&p, 1, ms_until(deadline)) == 0)
-        return make_error("rendezvous " + endpoint_ + ": send timed out", ETIMEDOUT);
-      continue;
-    }
-    return make_error("rendezvous " + endpoint_ + ": connection lost (" + std::strerror(errno) + ")");
+  if (auto s = write_exact(fd_.get(), frame.data(), frame.size(), deadline); !s) {
+    if (s.error().code == ETIMEDOUT) return make_error("rendezvous " + endpoint_ + ": send timed out", ETIMEDOUT);
+    return make_error("rendezvous " + endpoint_ + ": connection lost (" + s.error().message + ")");
   }
   return {};
 }
 
 Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
-  auto read_exact = [&](char* buf, size_t len) -> Status {
-    size_t off = 0;
-    while (off < len) {
-      ssize_t n = ::recv(fd_.get(), buf + off, len - off, 0);
-      if (n > 0) {
-        off += static_cast<size_t>(n);
-        continue;
-      }
-      if (n == 0) return make_error("rendezvous " + endpoint_ + ": connection lost (closed by hvdrun)");
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        pollfd p{fd_.get(), POLLIN, 0};
-        if (poll(&p, 1, ms_until(deadline)) == 0)
-          return make_error("rendezvous " + endpoint_ + ": no reply before the deadline", ETIMEDOUT);
-        continue;
-      }
-      return make_error("rendezvous " + endpoint_ + ": connection lost (" + std::strerror(errno) + ")");
-    }
-    return {};
+  auto read = [&](char* buf, size_t len) -> Status {
+    auto s = read_exact(fd_.get(), buf, len, deadline);
+    if (s) return s;
+    if (s.error().code == kPeerClosed)
+      return make_error("rendezvous " + endpoint_ + ": connection lost (closed by hvdrun)");
+    if (s.error().code == ETIMEDOUT)
+      return make_error("rendezvous " + endpoint_ + ": no reply before the deadline", ETIMEDOUT);
+    return make_error("rendezvous " + endpoint_ + ": connection lost (" + s.error().message + ")");
   };
   char header[kHeaderBytes];
-  if (auto s = read_exact(header, sizeof header); !s) return s.error();
+  if (auto s = read(header, sizeof header); !s) return s.error();
   auto len = decode_length(header, max_frame);
   if (!len) return wrap(len.error(), "rendezvous " + endpoint_);
   std::string body(*len, '\0');
-  if (auto s = read_exact(body.data(), body.size()); !s) return s.error();
+  if (auto s = read(body.data(), body.size()); !s) return s.error();
   auto f = decode_body(body);
   if (!f) return wrap(f.error(), "rendezvous " + endpoint_);
   if (f->type == MsgType::kError) {

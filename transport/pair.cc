@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/socket_io.h"
 #include "rendezvous/auth.h"
 #include "transport/socket_util.h"
 
@@ -20,27 +21,13 @@ namespace {
 
 constexpr uint32_t kPairMagic = 0x68766470;  // "hvdp"
 
-int ms_until(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 1 << 30));
-}
-
-// Blocking-with-deadline exact I/O on a non-blocking socket (handshake only).
+// Exact handshake I/O, its errors in the handshake's words.
 Status io_exact(int fd, char* buf, size_t len, bool write_side, Clock::time_point deadline) {
-  size_t off = 0;
-  while (off < len) {
-    ssize_t n = write_side ? ::send(fd, buf + off, len - off, MSG_NOSIGNAL) : ::recv(fd, buf + off, len - off, 0);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) return make_error("connection closed during the handshake");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return make_error(std::strerror(errno));
-    pollfd p{fd, static_cast<short>(write_side ? POLLOUT : POLLIN), 0};
-    if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("handshake timed out");
-  }
-  return {};
+  auto s = write_side ? write_exact(fd, buf, len, deadline) : read_exact(fd, buf, len, deadline);
+  if (s) return s;
+  if (s.error().code == kPeerClosed) return make_error("connection closed during the handshake");
+  if (s.error().code == ETIMEDOUT) return make_error("handshake timed out");
+  return s;
 }
 
 std::string pair_context(int from, int to, const std::string& nonce_a, const std::string& nonce_b) {
@@ -61,18 +48,10 @@ Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   if (getaddrinfo(to.addr.c_str(), std::to_string(to.port).c_str(), &hints, &res) != 0)
     return make_error(ctx("bad address"));
-  UniqueFd fd(socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  int rc = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+  auto connected = connect_tcp(res->ai_addr, res->ai_addrlen, o.deadline);
   freeaddrinfo(res);
-  if (rc != 0 && errno != EINPROGRESS) return make_error(ctx(std::strerror(errno)));
-  if (rc != 0) {
-    pollfd p{fd.get(), POLLOUT, 0};
-    if (poll(&p, 1, ms_until(o.deadline)) == 0) return make_error(ctx("timed out"));
-    int err = 0;
-    socklen_t el = sizeof err;
-    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
-    if (err) return make_error(ctx(std::strerror(err)));
-  }
+  if (!connected) return make_error(ctx(connected.error().message));
+  UniqueFd fd = std::move(*connected);
   tune_data_socket(fd.get(), o.buffer_bytes);
   // 1. -> magic, from, to, our nonce
   std::string nonce_i = rdv::random_bytes(rdv::kNonceBytes);

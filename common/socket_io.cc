@@ -1,0 +1,64 @@
+#include "common/socket_io.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace hvdrun {
+int ms_until(std::chrono::steady_clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(std::min<long long>(ms, 1 << 30));
+}
+
+Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline) {
+  UniqueFd fd(socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return make_error(std::string("socket: ") + std::strerror(errno), errno);
+  if (::connect(fd.get(), sa, len) != 0) {
+    if (errno != EINPROGRESS) return make_error(std::strerror(errno), errno);
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("connection timed out", ETIMEDOUT);
+    int err = 0;
+    socklen_t elen = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err) return make_error(std::strerror(err), err);
+  }
+  return fd;
+}
+
+namespace {
+
+Status exact(int fd, char* buf, size_t len, bool writing, std::chrono::steady_clock::time_point deadline) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = writing ? ::send(fd, buf + off, len - off, MSG_NOSIGNAL) : ::recv(fd, buf + off, len - off, 0);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 && !writing) return make_error("closed by the peer", kPeerClosed);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
+      if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("timed out", ETIMEDOUT);
+      continue;
+    }
+    int err = n < 0 ? errno : EPIPE;
+    return make_error(std::strerror(err), err);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status write_exact(int fd, const void* buf, size_t len, std::chrono::steady_clock::time_point deadline) {
+  return exact(fd, static_cast<char*>(const_cast<void*>(buf)), len, true, deadline);
+}
+
+Status read_exact(int fd, void* buf, size_t len, std::chrono::steady_clock::time_point deadline) {
+  return exact(fd, static_cast<char*>(buf), len, false, deadline);
+}
+
+}  // namespace hvdrun

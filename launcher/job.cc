@@ -16,6 +16,7 @@
 #include "common/net.h"
 #include "launcher/agent.h"
 #include "launcher/local_host.h"
+#include "launcher/log_sink.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
@@ -140,6 +141,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     watchdog->disarm();
     return fail(sink.error());
   }
+  ScopedJobLogger job_logger(**sink);  // hvdrun's log lines queue behind the workers' output
   AgentOptions ao;
   ao.kill_grace = opts.kill_grace;
   LocalAgent agent(ao, **sink, &*watchdog);

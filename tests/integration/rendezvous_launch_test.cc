@@ -45,6 +45,21 @@ TEST(RendezvousLaunch, StartTimeoutNamesTheMissingRankAndTearsDown) {
   EXPECT_EQ(o.err.find("rank 0 (host"), std::string::npos) << "rank 0 registered and must not be named";
 }
 
+TEST(RendezvousLaunch, RefusedConnectionIsLoggedAsAWholeLine) {
+  // A worker that speaks garbage to the rendezvous: hvdrun refuses and logs it, in its own
+  // line among the workers' output.
+  auto o = run({kHvdrun, "-np", "1", "bash", "-c",
+                "echo before >&2; exec 3<>/dev/tcp/$HVDRUN_RENDEZVOUS_ADDR/$HVDRUN_RENDEZVOUS_PORT; "
+                "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3 >/dev/null; echo after >&2"},
+               60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto lines = split_lines(o.err);
+  ASSERT_EQ(lines.size(), 3u) << o.err;
+  EXPECT_EQ(lines[0], "[0]<stderr>:before");
+  EXPECT_EQ(lines[1].rfind("hvdrun: [warning] rendezvous: refused connection from 127.0.0.1:", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2], "[0]<stderr>:after");
+}
+
 TEST(RendezvousLaunch, WrongSecretIsAClearErrorFromHvdInit) {
   std::string zeros(64, '0');
   auto o = run({kHvdrun, "-np", "1", "sh", "-c", "HVDRUN_SECRET=" + zeros + " exec " + kInit}, 60);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.h"
+#include "common/net.h"
 #include "common/strings.h"
 #include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
@@ -64,8 +66,7 @@ Status Runtime::init() {
   auto secret = rdv::secret_from_hex(tunable_string("HVDRUN_SECRET"));
   if (!secret) return err(HVD_ERR_AUTH, secret.error().message);
   double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
-  auto deadline = rdv::Clock::now() + std::chrono::duration_cast<rdv::Clock::duration>(
-                                          std::chrono::duration<double>(start_timeout));
+  auto deadline = deadline_in(start_timeout);
 
   auto client = rdv::Client::connect(addr, static_cast<int>(*port), *secret, deadline);
   if (!client) {
@@ -78,7 +79,7 @@ Status Runtime::init() {
   std::string iface = tunable_string("HVDRUN_IFACE");
   std::string advertise = client->local_address();
   if (!iface.empty()) {
-    auto a = transport::interface_address(iface);
+    auto a = interface_address(iface);
     if (!a) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view->rank) + ": " + a.error().message);
     advertise = *a;
   }
@@ -88,9 +89,7 @@ Status Runtime::init() {
   // hvdrun owns the start time-out and names the missing ranks when it passes (its clock
   // may restart at the first registration): wait longer than it, so that its message wins.
   rdv::RegisterRequest req{view->rank, view->size, view->host, listener->addr, listener->port};
-  auto reg = client->register_rank(
-      req, rdv::Clock::now() + std::chrono::duration_cast<rdv::Clock::duration>(
-                                   std::chrono::duration<double>(2 * start_timeout + 10)));
+  auto reg = client->register_rank(req, deadline_in(2 * start_timeout + 10));
   if (!reg) {
     int code = reg.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS;
     return err(code, "rank " + std::to_string(view->rank) + ": " + reg.error().message);
@@ -131,7 +130,7 @@ Status Runtime::connect_ring() {
   po.secret = secret_;
   po.self_rank = view_.rank;
   po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
-  po.deadline = rdv::Clock::now() + std::chrono::seconds(static_cast<long>(ro.timeout_s));
+  po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
   Result<transport::Pair> right = Error{"not connected"};
   std::thread connector([&] { right = transport::connect_pair(ring_.right, po); });

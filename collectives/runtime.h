@@ -38,10 +38,6 @@ class Runtime {
   void report_fatal(const std::string& message);
 
   std::mutex& mutex() { return mu_; }
-  rdv::Client* rendezvous() { return client_ ? &*client_ : nullptr; }
-  const rdv::Registered& ring() const { return ring_; }
-  const std::string& secret() const { return secret_; }
-  transport::Listener& listener() { return listener_; }
 
  private:
   std::mutex mu_;

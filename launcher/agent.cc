@@ -103,7 +103,6 @@ void LocalAgent::reap() {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
-      if (on_worker_exit) on_worker_exit(w.rank);
       if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !tearing_down_) {
         failures_.push_back({w.rank, w.host, st});
         if (!report_at_) report_at_ = now_s() + kFailureWindow;

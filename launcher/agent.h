@@ -7,7 +7,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,9 +51,6 @@ class LocalAgent {
 
   // Thread-safe: tear the job down, report `message` and exit with `exit_code`.
   void request_teardown(std::string message, int exit_code);
-
-  // Called from the loop when a worker's process has exited (for the rendezvous' bookkeeping).
-  std::function<void(int rank)> on_worker_exit;
 
  private:
   struct Worker;

@@ -8,9 +8,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace hvdrun {
 
+namespace {
+
+// Every address of this machine's interfaces (getifaddrs).
 std::vector<std::string> local_addresses() {
   std::vector<std::string> out;
   ifaddrs* ifs = nullptr;
@@ -30,6 +34,8 @@ std::vector<std::string> local_addresses() {
   freeifaddrs(ifs);
   return out;
 }
+
+}  // namespace
 
 bool is_local_host(const std::string& host) {
   if (host == "localhost" || host == "localhost.localdomain" || host == "::1" || host == "0.0.0.0") return true;

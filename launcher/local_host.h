@@ -2,12 +2,9 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 namespace hvdrun {
 
 bool is_local_host(const std::string& host);
-// This machine's non-loopback addresses (getifaddrs), for tests and address selection.
-std::vector<std::string> local_addresses();
 
 }  // namespace hvdrun

@@ -14,15 +14,12 @@
 #include <random>
 #include <thread>
 
+#include "common/deadline.h"
 #include "common/socket_io.h"
 #include "rendezvous/auth.h"
 
 namespace hvdrun::rdv {
 namespace {
-
-Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
 
 
 }  // namespace
@@ -143,13 +140,13 @@ Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
 }
 
 Status Client::set(const std::string& key, const std::string& value) {
-  auto f = call(MsgType::kSet, encode_key_value(key, value), after(60));
+  auto f = call(MsgType::kSet, encode_key_value(key, value), deadline_in(60));
   if (!f) return f.error();
   return {};
 }
 
 Result<std::string> Client::get(const std::string& key) {
-  auto f = call(MsgType::kGet, encode_string(key), after(60));
+  auto f = call(MsgType::kGet, encode_string(key), deadline_in(60));
   if (!f) return f.error();
   if (f->type == MsgType::kNotFound) return make_error("key '" + key + "' not found", kNotFoundCode);
   return decode_string(f->payload);
@@ -158,7 +155,7 @@ Result<std::string> Client::get(const std::string& key) {
 Status Client::wait(const std::vector<std::string>& keys, double timeout_s) {
   uint32_t ms = static_cast<uint32_t>(std::min(timeout_s, 4e6) * 1000);
   // The server answers at its own deadline; ours is a little later so its answer wins.
-  auto f = call(MsgType::kWait, encode_wait(ms, keys), after(timeout_s + 5));
+  auto f = call(MsgType::kWait, encode_wait(ms, keys), deadline_in(timeout_s + 5));
   if (!f) return f.error();
   if (f->type == MsgType::kTimeout) {
     auto missing = decode_keys(f->payload);
@@ -171,14 +168,14 @@ Status Client::wait(const std::vector<std::string>& keys, double timeout_s) {
 }
 
 Result<int64_t> Client::add(const std::string& key, int64_t delta) {
-  auto f = call(MsgType::kAdd, encode_add(key, delta), after(60));
+  auto f = call(MsgType::kAdd, encode_add(key, delta), deadline_in(60));
   if (!f) return f.error();
   return decode_i64(f->payload);
 }
 
 Status Client::barrier(const std::string& name, int n, double timeout_s) {
   uint32_t ms = static_cast<uint32_t>(std::min(timeout_s, 4e6) * 1000);
-  auto f = call(MsgType::kBarrier, encode_barrier({name, n, ms}), after(timeout_s + 5));
+  auto f = call(MsgType::kBarrier, encode_barrier({name, n, ms}), deadline_in(timeout_s + 5));
   if (!f) return f.error();
   if (f->type == MsgType::kTimeout)
     return make_error("barrier '" + name + "' timed out after " + std::to_string(timeout_s) + " s", ETIMEDOUT);
@@ -186,7 +183,7 @@ Status Client::barrier(const std::string& name, int n, double timeout_s) {
 }
 
 Status Client::report_fatal(const std::string& message) {
-  auto f = call(MsgType::kFatal, encode_string(message), after(5));
+  auto f = call(MsgType::kFatal, encode_string(message), deadline_in(5));
   if (!f) return f.error();
   return {};
 }

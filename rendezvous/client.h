@@ -37,10 +37,8 @@ class Client {
   Status barrier(const std::string& name, int n, double timeout_s);
   Status report_fatal(const std::string& message);
 
-  const std::string& endpoint() const { return endpoint_; }
   // This side's address of the connection (what the server sees us as).
   std::string local_address() const;
-  int fd() const { return fd_.get(); }
 
   static constexpr int kNotFoundCode = 44;
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/deadline.h"
 #include "common/strings.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/protocol.h"
@@ -69,7 +70,6 @@ struct Server::Impl {
   // Job state (io thread only).
   std::vector<PeerInfo> peers;            // index = rank; rank == -1 until registered
   std::vector<std::shared_ptr<Session>> pending_register;
-  bool complete = false;
   std::unordered_map<std::string, std::string> kv;
   std::unordered_multimap<std::string, std::shared_ptr<Waiter>> waiters;
   std::set<std::shared_ptr<Session>> sessions;
@@ -78,8 +78,10 @@ struct Server::Impl {
   std::atomic<int> rejected{0};
 
   void accept();
-  void on_registered(int rank);
+  void on_registered();
+  void arm_start_timer();
   void on_start_timer();
+  bool complete() const { return registered == static_cast<int>(peers.size()); }
   void notify_key(const std::string& key);
   std::string endpoint() const { return address + ":" + std::to_string(port); }
 };
@@ -94,8 +96,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() {
     sock_.set_option(tcp::no_delay(true));
-    deadline_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(srv_.opts.handshake_timeout)));
+    deadline_.expires_after(seconds_to_duration(srv_.opts.handshake_timeout));
     deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec && self->state_ != State::kReady) self->reject("no authentication within the handshake time-out");
     });
@@ -246,7 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
         rank_ = q->rank;
         s.peers[rank_] = PeerInfo{q->rank, q->host, q->addr, q->port};
         s.pending_register.push_back(shared_from_this());
-        s.on_registered(rank_);
+        s.on_registered();
         return true;
       }
       case MsgType::kGetPeer: {
@@ -383,20 +384,21 @@ void Server::Impl::accept() {
   });
 }
 
-void Server::Impl::on_registered(int rank) {
-  (void)rank;
-  int n = ++registered;
+void Server::Impl::arm_start_timer() {
+  start_timer.expires_after(seconds_to_duration(opts.start_timeout));
+  start_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) on_start_timer();
+  });
+}
+
+void Server::Impl::on_registered() {
+  ++registered;
   if (start_timer_idle) {  // the first registration after an idle start timer re-arms it
     start_timer_idle = false;
-    start_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(opts.start_timeout)));
-    start_timer.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) on_start_timer();
-    });
+    arm_start_timer();
   }
+  if (!complete()) return;
   int size = static_cast<int>(peers.size());
-  if (n < size) return;
-  complete = true;
   start_timer.cancel();
   for (auto& sess : pending_register) {
     if (sess->closed()) continue;
@@ -410,7 +412,7 @@ void Server::Impl::on_registered(int rank) {
 }
 
 void Server::Impl::on_start_timer() {
-  if (complete) return;
+  if (complete()) return;
   if (registered == 0) {
     // Nobody uses the rendezvous yet (a job without libhvdrun, or a slow start): the
     // clock starts again at the first registration.
@@ -474,13 +476,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
 void Server::begin_start_timer() {
   Impl* p = impl_.get();
   if (p->opts.start_timeout <= 0) return;
-  asio::post(p->io, [p] {
-    p->start_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(p->opts.start_timeout)));
-    p->start_timer.async_wait([p](const boost::system::error_code& ec) {
-      if (!ec) p->on_start_timer();
-    });
-  });
+  asio::post(p->io, [p] { p->arm_start_timer(); });
 }
 
 Server::~Server() {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/deadline.h"
 #include "common/socket_io.h"
 #include "rendezvous/auth.h"
 #include "transport/socket_util.h"
@@ -120,7 +121,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   size_t sent = 0, received = 0, notified = 0;
   auto last_progress = Clock::now();
   auto spin = std::chrono::microseconds(spin_us);
-  auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  auto timeout = seconds_to_duration(timeout_s);
   while (sent < s.send_len || received < s.recv_len) {
     bool progressed = false;
     if (received < s.recv_len) {

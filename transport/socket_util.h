@@ -3,13 +3,10 @@
 
 #include <string>
 
-#include "common/net.h"
 #include "common/result.h"
 #include "common/unique_fd.h"
 
 namespace hvdrun::transport {
-
-using hvdrun::interface_address;
 
 struct Listener {
   UniqueFd fd;

@@ -104,6 +104,12 @@ Status Runtime::init() {
     return s;
   }
   initialized_ = true;
+  if (tunable_string("HVDRUN_NCCL_EAGER") == "1") {
+    if (auto s = ensure_gpu(); !s) {
+      (void)shutdown();
+      return s;
+    }
+  }
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);
   return {};
@@ -143,6 +149,38 @@ Status Runtime::connect_ring() {
   return {};
 }
 
+Status Runtime::ensure_gpu() {
+  if (gpu_) return {};
+  GpuSetup g;
+  g.rank = view_.rank;
+  g.size = view_.size;
+  g.local_rank = view_.local_rank;
+  g.client = client_ ? &*client_ : nullptr;
+  g.ring = ring_comm_.get();
+  g.timeout_s = tunable_double("HVDRUN_TIMEOUT");
+  g.generation = gpu_generation_++;
+  g.on_fatal = [this](const std::string& m) { report_fatal(m); };
+  auto made = make_gpu_collectives(g);
+  if (!made) return made.error();
+  gpu_ = std::move(*made);
+  return {};
+}
+
+Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) {
+  auto ma = memory_of(a);
+  if (!ma) return ma.error();
+  auto mb = b == a ? ma : memory_of(b);
+  if (!mb) return mb.error();
+  if (*ma != *mb)
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": sendbuf is in " +
+                                             (*ma == Memory::kDevice ? "device" : "host") + " memory but recvbuf in " +
+                                             (*mb == Memory::kDevice ? "device" : "host") +
+                                             " memory (both must be on the same side)");
+  if (*ma == Memory::kDevice)
+    if (auto s = ensure_gpu(); !s) return s.error();
+  return *ma == Memory::kDevice;
+}
+
 Status Runtime::check_ready(const char* what) {
   if (!initialized_) return err(HVD_ERR_NOT_INITIALIZED, std::string(what) + ": call hvd_init() first");
   return {};
@@ -166,6 +204,11 @@ Status Runtime::allreduce(const void* send, void* recv, size_t count, hvd_dtype_
                std::string("hvd_allreduce: average is for floating types, not ") + dtype_name(dtype) +
                    " (use sum and divide)");
   if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: null buffer");
+  if (count) {
+    auto dev = on_device("hvd_allreduce", send, recv);
+    if (!dev) return after(dev.error());
+    if (*dev) return after(gpu_->allreduce(send, recv, count, dtype, op));
+  }
   return after(ring_comm_->allreduce(send, recv, count, dtype, op));
 }
 
@@ -176,6 +219,11 @@ Status Runtime::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) 
     return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: root " + std::to_string(root) + " is not a rank of this job (size " +
                                              std::to_string(view_.size) + ")");
   if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: null buffer");
+  if (count) {
+    auto dev = on_device("hvd_broadcast", buf, buf);
+    if (!dev) return after(dev.error());
+    if (*dev) return after(gpu_->broadcast(buf, count, dtype, root));
+  }
   return after(ring_comm_->broadcast(buf, count, dtype, root));
 }
 
@@ -183,11 +231,17 @@ Status Runtime::allgather(const void* send, void* recv, size_t count, hvd_dtype_
   if (auto s = check_ready("hvd_allgather"); !s) return s;
   if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: invalid dtype " + std::to_string(dtype));
   if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
+  if (count) {
+    auto dev = on_device("hvd_allgather", send, recv);
+    if (!dev) return after(dev.error());
+    if (*dev) return after(gpu_->allgather(send, recv, count, dtype));
+  }
   return after(ring_comm_->allgather(send, recv, count, dtype));
 }
 
 Status Runtime::shutdown() {
   if (!initialized_) return {};
+  gpu_.reset();
   ring_comm_.reset();
   client_.reset();
   listener_ = transport::Listener{};

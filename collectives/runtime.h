@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "collectives/gpu.h"
 #include "collectives/ring.h"
 #include "rendezvous/client.h"
 #include "transport/socket_util.h"
@@ -48,7 +49,12 @@ class Runtime {
   rdv::Registered ring_;
   transport::Listener listener_;
   std::unique_ptr<Ring> ring_comm_;
+  std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
+  int gpu_generation_ = 0;
   Status connect_ring();
+  Status ensure_gpu();
+  // Whether a call's buffers are device memory (both must be on the same side).
+  Result<bool> on_device(const char* what, const void* a, const void* b);
   Status check_ready(const char* what);
   Status after(Status s);
 };

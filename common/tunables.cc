@@ -27,6 +27,10 @@ constexpr Tunable kTable[] = {
      "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
     {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,
      "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes; small enough that data in flight stays in cache."},
+    {"HVDRUN_CUDA_DEVICE", "", TunableUse::kWorker,
+     "CUDA device of this rank, an index within CUDA_VISIBLE_DEVICES; empty: the local rank."},
+    {"HVDRUN_NCCL_EAGER", "0", TunableUse::kWorker,
+     "1: create the NCCL communicator in hvd_init instead of at the first device collective."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},
@@ -46,6 +50,9 @@ constexpr Tunable kTable[] = {
     {"GROUP_RANK", "", TunableUse::kContract, "torch.distributed: index of this host (cross rank of local rank 0)."},
     {"MASTER_ADDR", "", TunableUse::kContract, "torch.distributed: address of rank 0's host."},
     {"MASTER_PORT", "", TunableUse::kContract, "torch.distributed: a port free on rank 0's host."},
+    {"NCCL_SOCKET_IFNAME", "", TunableUse::kContract, "NCCL's interface: set from --network-interface."},
+    {"GLOO_SOCKET_IFNAME", "", TunableUse::kContract, "Gloo's interface: set from --network-interface."},
+    {"NCCL_DEBUG", "", TunableUse::kContract, "NCCL's log level: set from --nccl-debug."},
     {"PYTHONUNBUFFERED", "1", TunableUse::kContract, "Set so Python workers' output is not held back."},
 };
 

@@ -109,6 +109,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   if (!port) return fail(port.error());
   job.master_port = *port;
   job.iface = opts.network_interface;
+  job.nccl_debug = opts.nccl_debug;
   job.start_timeout = opts.start_timeout;
   // The rendezvous listens on loopback when every host is this machine, else on the
   // address of --network-interface.

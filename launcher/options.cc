@@ -59,6 +59,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
       ->type_name("IFACE");
   app.add_option("--rendezvous-port", rdv_port_s, "Port of the rendezvous server (default: chosen by the OS)")
       ->type_name("PORT");
+  app.add_option("--nccl-debug", o.nccl_debug, "Set NCCL_DEBUG for the workers: VERSION, WARN, INFO, ABORT or TRACE")
+      ->type_name("LEVEL")
+      ->transform(CLI::IsMember({"VERSION", "WARN", "INFO", "ABORT", "TRACE"}, CLI::ignore_case));
   app.add_option("--output-filename", o.output_dir, "Also write each rank's output to DIR/rank.N/{stdout,stderr}")
       ->type_name("DIR");
   app.add_flag("--prefix-output-with-timestamp", o.timestamps, "Put a timestamp before each output line");

@@ -17,6 +17,7 @@ struct LaunchOptions {
   double start_timeout = 30;
   double kill_grace = 5;
   std::string network_interface;
+  std::string nccl_debug;  // NCCL_DEBUG for the workers; empty: leave it alone
   std::string output_dir;
   bool timestamps = false;
   std::vector<std::string> env;  // -x specs

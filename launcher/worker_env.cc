@@ -91,6 +91,7 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     set("NCCL_SOCKET_IFNAME", job.iface);
     set("GLOO_SOCKET_IFNAME", job.iface);
   }
+  if (!job.nccl_debug.empty()) set("NCCL_DEBUG", job.nccl_debug);
   return env;
 }
 

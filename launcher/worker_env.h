@@ -19,6 +19,7 @@ struct JobEnv {
   int rendezvous_port = 0;
   std::string secret_hex;
   std::string iface;
+  std::string nccl_debug;
   double start_timeout = 30;
 };
 

@@ -6,7 +6,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 # Arguments before --target go to cmake; --target NAME builds only that target.
 cfg=() target=()
 while (($#)); do
-  if [ "$1" = --target ]; then target=(--target "$2"); shift 2; else cfg+=("$1"); shift; fi
+  if [ "$1" = --target ]; then target+=(--target "$2"); shift 2; else cfg+=("$1"); shift; fi
 done
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} "${cfg[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)" "${target[@]}"

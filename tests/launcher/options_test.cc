@@ -33,6 +33,12 @@ TEST(Options, DoubleDashAndDefaults) {
   EXPECT_EQ(r->options.np, 0);
 }
 
+TEST(Options, NcclDebugLevelIsNcclsSpelling) {
+  auto r = parse({"-np", "1", "--nccl-debug", "info", "true"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->options.nccl_debug, "INFO");
+}
+
 TEST(Options, StartTimeoutFromEnvironment) {
   setenv("HVDRUN_START_TIMEOUT", "7", 1);
   auto r = parse({"-np", "1", "true"});
@@ -55,6 +61,7 @@ TEST(Options, UsageErrorsAreOneLineExitTwo) {
       {{"-np", "1", "--start-timeout", "soon", "true"}, "--start-timeout 'soon': expected a number"},
       {{"-np", "1", "-p", "70000", "true"}, "--ssh-port '70000'"},
       {{"-np", "1", "--log-level", "loud", "true"}, "loud"},
+      {{"-np", "1", "--nccl-debug", "chatty", "true"}, "chatty"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);

@@ -14,6 +14,7 @@ TEST(WorkerEnv, ContractAndFiltering) {
   job.rendezvous_port = 4000;
   job.secret_hex = "ab";
   job.iface = "eth1";
+  job.nccl_debug = "INFO";
   RankInfo r{5, 8, 1, 4, 1, 2, 1, "node2"};
   auto env = build_worker_env(launcher, {{"FOO", "bar"}}, job, r, 1);
   EXPECT_EQ(env.count("OLDPWD"), 0u);
@@ -39,8 +40,18 @@ TEST(WorkerEnv, ContractAndFiltering) {
   EXPECT_EQ(env["HVDRUN_RENDEZVOUS_PORT"], "4000");
   EXPECT_EQ(env["HVDRUN_SECRET"], "ab");
   EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["HVDRUN_IFACE"], "eth1");
+  EXPECT_EQ(env["NCCL_DEBUG"], "INFO");
   auto strs = env_to_strings(env);
   EXPECT_NE(std::find(strs.begin(), strs.end(), "HOROVOD_RANK=5"), strs.end());
+}
+
+TEST(WorkerEnv, NcclDebugIsLeftAloneUnlessAsked) {
+  JobEnv job;
+  RankInfo r{0, 1, 0, 1, 0, 1, 0, "localhost"};
+  auto env = build_worker_env({{"NCCL_DEBUG", "WARN"}}, {}, job, r, 0);
+  EXPECT_EQ(env["NCCL_DEBUG"], "WARN");
+  EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
 }
 
 TEST(WorkerEnv, EnvOverrides) {

@@ -1,0 +1,57 @@
+#include "collectives/cuda_util.h"
+
+#include <cstdlib>
+
+#include "collectives/gpu.h"
+#include "common/strings.h"
+#include "common/tunables.h"
+
+namespace hvdrun {
+
+Error cuda_error(const std::string& what, cudaError_t e) {
+  return Error{what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e), HVD_ERR_CUDA};
+}
+
+Result<Memory> memory_of(const void* p) {
+  if (!p) return Memory::kHost;
+  // No device, no driver: no pointer can be device memory. Asked once per process.
+  static const bool have_devices = [] {
+    int n = 0;
+    bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    (void)cudaGetLastError();
+    return ok;
+  }();
+  if (!have_devices) return Memory::kHost;
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // not a pointer CUDA knows: plain host memory
+    return Memory::kHost;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? Memory::kDevice : Memory::kHost;
+}
+
+Result<int> select_device(int rank, int local_rank) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string vis = visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : "";
+  if (e != cudaSuccess) return cuda_error("rank " + std::to_string(rank) + ": cudaGetDeviceCount" + vis, e);
+  int device = local_rank;
+  std::string chosen = tunable_string("HVDRUN_CUDA_DEVICE");
+  if (!chosen.empty()) {
+    auto d = parse_int(chosen, "HVDRUN_CUDA_DEVICE", 0, 1 << 16);
+    if (!d) return Error{"rank " + std::to_string(rank) + ": " + d.error().message, HVD_ERR_INVALID_ARGUMENT};
+    device = static_cast<int>(*d);
+  }
+  if (device >= count)
+    return Error{"rank " + std::to_string(rank) + ": needs CUDA device " + std::to_string(device) +
+                     (chosen.empty() ? " (its local rank)" : " (HVDRUN_CUDA_DEVICE)") + " but " +
+                     std::to_string(count) + " device(s) are visible" + vis,
+                 HVD_ERR_CUDA};
+  HVDRUN_CUDA_TRY("rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(device) + ")",
+                  cudaSetDevice(device));
+  return device;
+}
+
+}  // namespace hvdrun

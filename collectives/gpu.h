@@ -1,0 +1,57 @@
+// Collectives on device memory. One of three builds is compiled in (CMake's
+// HVDRUN_GPU_BACKEND): "nccl" (CUDA and NCCL found), "staging" (CUDA without NCCL: device
+// buffers are copied through pinned host memory to the CPU ring), "none" (no CUDA: every
+// pointer is host memory).
+//
+// Semantics of the device path: a call is ordered after the work already queued on the
+// legacy default stream (its stream is a blocking stream), runs on a stream the runtime
+// owns, and returns when the result is in the buffer. Work the caller queued on other
+// streams must be complete (or synchronised) before the call.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "hvdrun/hvdrun.h"
+
+namespace hvdrun {
+
+class Ring;
+namespace rdv {
+class Client;
+}
+
+enum class Memory { kHost, kDevice };
+
+// Where `p` lives: cudaPointerGetAttributes in CUDA builds (device and managed memory are
+// kDevice; pinned and pageable host memory kHost), always kHost in the build without CUDA.
+Result<Memory> memory_of(const void* p);
+
+// "nccl", "staging" or "none".
+const char* gpu_backend_name();
+
+struct GpuSetup {
+  int rank = 0, size = 1, local_rank = 0;
+  rdv::Client* client = nullptr;  // null only in a job of one
+  Ring* ring = nullptr;           // the CPU ring, for staging
+  double timeout_s = 60;          // HVDRUN_TIMEOUT
+  int generation = 0;             // which communicator of this process (the id's key)
+  std::function<void(const std::string&)> on_fatal;  // told a time-out before returning
+};
+
+class GpuCollectives {
+ public:
+  virtual ~GpuCollectives() = default;
+  // Buffers are device memory; arguments are already checked. Error codes are HVD_ERR_*.
+  virtual Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) = 0;
+  virtual Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) = 0;
+  virtual Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) = 0;
+};
+
+// Collective over all ranks: each must call it (at its first device collective, or in
+// hvd_init with HVDRUN_NCCL_EAGER=1).
+Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& setup);
+
+}  // namespace hvdrun

@@ -1,0 +1,171 @@
+// The NCCL backend: one communicator per process over every rank, its unique id relayed by
+// hvdrun's rendezvous, collectives on a stream this runtime owns.
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "collectives/cuda_util.h"
+#include "collectives/dtype.h"
+#include "collectives/gpu.h"
+#include "collectives/nccl_id.h"
+
+namespace hvdrun {
+namespace {
+
+Error nccl_error(const std::string& what, ncclResult_t r, ncclComm_t comm = nullptr) {
+  std::string text = std::string(ncclGetErrorString(r));
+  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+  if (last && *last) text += " (" + std::string(last) + ")";
+  return Error{what + ": " + text, HVD_ERR_NCCL};
+}
+
+ncclDataType_t nccl_dtype(hvd_dtype_t t) {
+  switch (t) {
+    case HVD_INT8: return ncclInt8;
+    case HVD_UINT8: return ncclUint8;
+    case HVD_INT32: return ncclInt32;
+    case HVD_INT64: return ncclInt64;
+    case HVD_FLOAT16: return ncclFloat16;
+    case HVD_BFLOAT16: return ncclBfloat16;
+    case HVD_FLOAT32: return ncclFloat32;
+    case HVD_FLOAT64: return ncclFloat64;
+  }
+  return ncclFloat32;  // unreachable: dtypes are checked by the runtime
+}
+
+ncclRedOp_t nccl_op(hvd_op_t op) {
+  switch (op) {
+    case HVD_OP_SUM: return ncclSum;
+    case HVD_OP_AVERAGE: return ncclAvg;
+    case HVD_OP_MIN: return ncclMin;
+    case HVD_OP_MAX: return ncclMax;
+    case HVD_OP_PRODUCT: return ncclProd;
+  }
+  return ncclSum;
+}
+
+class NcclCollectives : public GpuCollectives {
+ public:
+  NcclCollectives(const GpuSetup& s, int device, ncclComm_t comm, cudaStream_t stream)
+      : rank_(s.rank), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
+
+  ~NcclCollectives() override {
+    if (comm_) {
+      if (broken_) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) override {
+    if (auto s = ready("hvd_allreduce"); !s) return s;
+    ncclResult_t r = ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
+    return finish("hvd_allreduce", r);
+  }
+
+  Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) override {
+    if (auto s = ready("hvd_broadcast"); !s) return s;
+    ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_);
+    return finish("hvd_broadcast", r);
+  }
+
+  Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) override {
+    if (auto s = ready("hvd_allgather"); !s) return s;
+    size_t bytes = count * dtype_size(dtype);
+    char* mine = static_cast<char*>(recv) + bytes * rank_;
+    // In place as our API defines it (send == recv: this rank's part at the front): move it
+    // to its slot, which NCCL's in-place form expects.
+    if (send == recv && rank_ != 0) {
+      HVDRUN_CUDA_TRY("hvd_allgather: cudaMemcpyAsync",
+                      cudaMemcpyAsync(mine, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+      send = mine;
+    }
+    ncclResult_t r = ncclAllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_);
+    return finish("hvd_allgather", r);
+  }
+
+ private:
+  Status ready(const char* what) {
+    if (broken_) return Error{std::string(what) + ": the NCCL communicator was aborted: " + broken_reason_, HVD_ERR_NCCL};
+    // The caller may have another device current on this thread.
+    HVDRUN_CUDA_TRY(std::string(what) + ": cudaSetDevice", cudaSetDevice(device_));
+    return {};
+  }
+
+  // Waits for the stream, watching NCCL's asynchronous errors and HVDRUN_TIMEOUT: a dead
+  // or silent peer aborts the communicator instead of hanging the rank.
+  Status finish(const char* what, ncclResult_t enqueued) {
+    if (enqueued != ncclSuccess) return nccl_error(std::string(what), enqueued, comm_);
+    using Clock = std::chrono::steady_clock;
+    auto start = Clock::now();
+    auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    for (;;) {
+      cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return {};
+      if (e != cudaErrorNotReady) return cuda_error(std::string(what) + ": cudaStreamQuery", e);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(what, async, comm_));
+      auto now = Clock::now();
+      if (now > deadline)
+        return fail(Error{std::string(what) + ": no progress in " + std::to_string(static_cast<int>(timeout_s_)) +
+                              " s (HVDRUN_TIMEOUT); a peer is gone or did not make the same call",
+                          HVD_ERR_TIMEOUT});
+      // Spin for the first 2 ms (what cudaStreamSynchronize would do), then poll gently.
+      if (now - start > std::chrono::milliseconds(2)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  Error fail(Error e) {
+    broken_ = true;
+    broken_reason_ = e.message;
+    if (on_fatal_) on_fatal_("rank " + std::to_string(rank_) + ": " + e.message);
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    return e;
+  }
+
+  int rank_, device_;
+  double timeout_s_;
+  std::function<void(const std::string&)> on_fatal_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+}  // namespace
+
+const char* gpu_backend_name() { return "nccl"; }
+
+Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) {
+  const std::string who = "rank " + std::to_string(s.rank) + ": ";
+  auto device = select_device(s.rank, s.local_rank);
+  if (!device) return device.error();
+  auto id = exchange_nccl_id(
+      s.client, s.rank, s.size, s.generation,
+      []() -> Result<std::string> {
+        ncclUniqueId uid;
+        if (ncclResult_t r = ncclGetUniqueId(&uid); r != ncclSuccess) return nccl_error("ncclGetUniqueId", r);
+        return std::string(uid.internal, sizeof(uid.internal));
+      },
+      s.timeout_s);
+  if (!id) return id.error();
+  ncclUniqueId uid;
+  static_assert(sizeof(uid.internal) == kNcclIdBytes);
+  std::memcpy(uid.internal, id->data(), kNcclIdBytes);
+  ncclComm_t comm = nullptr;
+  if (ncclResult_t r = ncclCommInitRank(&comm, s.size, uid, s.rank); r != ncclSuccess)
+    return nccl_error(who + "ncclCommInitRank on device " + std::to_string(*device), r);
+  cudaStream_t stream = nullptr;
+  // A blocking stream: ordered after the legacy default stream's queued work.
+  if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
+    ncclCommDestroy(comm);
+    return cuda_error(who + "cudaStreamCreate", e);
+  }
+  return std::unique_ptr<GpuCollectives>(new NcclCollectives(s, *device, comm, stream));
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,15 @@
+// The build without CUDA: there is no device memory to find.
+#include "collectives/gpu.h"
+
+namespace hvdrun {
+
+Result<Memory> memory_of(const void*) { return Memory::kHost; }
+
+const char* gpu_backend_name() { return "none"; }
+
+Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup&) {
+  return Error{"this libhvdrun was built without CUDA (HVDRUN_WITH_CUDA=OFF or no toolkit found)",
+               HVD_ERR_UNSUPPORTED};
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,24 @@
+// The NCCL unique id's trip through hvdrun's rendezvous: rank 0 makes it and publishes it
+// under rdv::kNcclUniqueIdKey (plus a generation suffix after the first), the others wait
+// for it. Pure over the client and an id maker, so it is built (and tested) without CUDA.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/result.h"
+#include "rendezvous/client.h"
+
+namespace hvdrun {
+
+inline constexpr size_t kNcclIdBytes = 128;  // sizeof(ncclUniqueId)
+
+// The key of the `generation`-th communicator of a job: the protocol's key for the first.
+std::string nccl_id_key(int generation);
+
+// Rank 0 calls make_id() and publishes its 128 bytes; every rank returns them. `client`
+// may be null only for a job of one. Errors name the rank and the key.
+Result<std::string> exchange_nccl_id(rdv::Client* client, int rank, int size, int generation,
+                                     const std::function<Result<std::string>()>& make_id, double timeout_s);
+
+}  // namespace hvdrun

@@ -8,6 +8,7 @@
 #include "launcher/agent.h"
 #include "launcher/job.h"
 #include "launcher/options.h"
+#include "launcher/remote_agent.h"
 
 extern char** environ;
 
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
   try {
+    // On a remote host, started by hvdrun over SSH: the job arrives on stdin.
+    if (argc == 2 && std::string(argv[1]) == "--agent") return hvdrun::run_agent_mode();
     auto parsed = hvdrun::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     if (!parsed) {
       std::fprintf(stderr, "hvdrun: %s\n", parsed.error().message.c_str());

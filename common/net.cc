@@ -31,3 +31,25 @@ Result<std::string> interface_address(const std::string& iface) {
 }
 
 }  // namespace hvdrun
+
+namespace hvdrun {
+
+Result<std::string> interface_with_address(const std::string& addr) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
+  std::string found;
+  for (ifaddrs* i = ifs; i && found.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+    else if (i->ifa_addr->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
+    if (addr == buf) found = i->ifa_name;
+  }
+  freeifaddrs(ifs);
+  if (found.empty()) return make_error("no network interface has the address " + addr);
+  return found;
+}
+
+}  // namespace hvdrun

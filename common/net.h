@@ -9,5 +9,7 @@ namespace hvdrun {
 
 // The first IPv4 (else IPv6) address of a network interface.
 Result<std::string> interface_address(const std::string& iface);
+// The name of the interface that holds `addr` (as inet_ntop writes it).
+Result<std::string> interface_with_address(const std::string& addr);
 
 }  // namespace hvdrun

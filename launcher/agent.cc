@@ -69,6 +69,26 @@ void LocalAgent::request_teardown(std::string message, int exit_code) {
     std::lock_guard<std::mutex> lk(control_mu_);
     if (!control_request_) control_request_.emplace(std::move(message), exit_code);
   }
+  wake();
+}
+
+void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    remote_failures_.push_back({rank, std::move(host), wait_status});
+  }
+  wake();
+}
+
+void LocalAgent::request_signal(int sig) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    signal_requests_.push_back(sig);
+  }
+  wake();
+}
+
+void LocalAgent::wake() {
   char c = 1;
   [[maybe_unused]] ssize_t n = ::write(control_wr_.get(), &c, 1);
 }
@@ -76,6 +96,13 @@ void LocalAgent::request_teardown(std::string message, int exit_code) {
 void LocalAgent::signal_all(int sig) {
   for (auto& w : workers_)
     if (w.pid > 0) kill(-w.pid, sig);
+  for (RemoteControl* r : remotes_) r->signal(sig);
+}
+
+void LocalAgent::note_failure(FailedWorker f) {
+  if (tearing_down_) return;
+  failures_.push_back(std::move(f));
+  if (!report_at_) report_at_ = now_s() + kFailureWindow;
 }
 
 void LocalAgent::teardown(const std::string& message, int exit_code) {
@@ -103,10 +130,7 @@ void LocalAgent::reap() {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !tearing_down_) {
-        failures_.push_back({w.rank, w.host, st});
-        if (!report_at_) report_at_ = now_s() + kFailureWindow;
-      }
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) note_failure({w.rank, w.host, st});
       break;
     }
   }
@@ -122,6 +146,13 @@ void LocalAgent::report_failure() {
     return a.rank < b.rank;
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
+  if (opts_.on_failure) {  // agent mode: hvdrun weighs it with the other hosts' failures
+    int code = WIFSIGNALED(f.status) ? 128 + WTERMSIG(f.status) : WEXITSTATUS(f.status);
+    opts_.on_failure(f.rank, f.host, f.status);
+    report_at_.reset();
+    teardown("", code);
+    return;
+  }
   std::string msg = "hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") ";
   int code;
   if (WIFSIGNALED(f.status)) {
@@ -134,6 +165,32 @@ void LocalAgent::report_failure() {
   }
   report_at_.reset();
   teardown(msg, code);
+}
+
+// A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
+void LocalAgent::handle_signal(int sig, bool from_launcher) {
+  if (sig == SIGCHLD) return;  // reaped at the top of the loop
+  if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
+    signal_all(sig);  // SIGCONT: hvdrun was resumed (fg); resume the workers too
+    return;
+  }
+  if (sig == SIGTSTP || sig == SIGSTOP) {  // Ctrl-Z: stop the workers, then ourselves
+    // SIGSTOP, not SIGTSTP: the kernel drops SIGTSTP to a group it deems orphaned.
+    signal_all(SIGSTOP);
+    if (!from_launcher) kill(getpid(), SIGSTOP);
+    return;
+  }
+  if (tearing_down_ || sig == SIGKILL) {  // a second interrupt: no more grace
+    signal_all(SIGKILL);
+    killed_ = true;
+    kill_deadline_.reset();
+    if (!tearing_down_) {
+      tearing_down_ = true;
+      result_.exit_code = 128 + SIGKILL;
+    }
+    return;
+  }
+  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
 }
 
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
@@ -195,6 +252,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     reap();
     bool all_exited = true;
     for (auto& w : workers_) all_exited = all_exited && w.exited;
+    for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
     if (report_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
       if (tearing_down_)
         report_at_.reset();
@@ -260,25 +318,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (pfds[0].revents & POLLIN) {
       signalfd_siginfo si;
       while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        int sig = static_cast<int>(si.ssi_signo);
-        if (sig == SIGCHLD) continue;  // reaped at the top of the loop
-        if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
-          signal_all(sig);  // SIGCONT: hvdrun was resumed (fg); resume the workers too
-          continue;
-        }
-        if (sig == SIGTSTP) {  // Ctrl-Z: stop the workers, then ourselves
-          // SIGSTOP, not SIGTSTP: the kernel drops SIGTSTP to a group it deems orphaned.
-          signal_all(SIGSTOP);
-          kill(getpid(), SIGSTOP);
-          continue;
-        }
-        if (tearing_down_) {  // a second interrupt: no more grace
-          signal_all(SIGKILL);
-          killed_ = true;
-          kill_deadline_.reset();
-          continue;
-        }
-        teardown("hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
+        handle_signal(static_cast<int>(si.ssi_signo), false);
       }
     }
     if (pfds[1].revents & POLLIN) {
@@ -290,6 +330,15 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
         std::lock_guard<std::mutex> lk(control_mu_);
         req.swap(control_request_);
       }
+      std::vector<int> sigs;
+      std::vector<FailedWorker> remote;
+      {
+        std::lock_guard<std::mutex> lk(control_mu_);
+        sigs.swap(signal_requests_);
+        remote.swap(remote_failures_);
+      }
+      for (auto& f : remote) note_failure(std::move(f));
+      for (int sig : sigs) handle_signal(sig, true);
       if (req) teardown(req->first, req->second);
     }
     if (stdin_idx >= 0 && (pfds[stdin_idx].revents & (POLLIN | POLLHUP | POLLERR))) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -28,6 +29,19 @@ struct WorkerLaunch {
 struct AgentOptions {
   double kill_grace = 5.0;   // seconds between SIGTERM and SIGKILL
   bool stdin_to_rank0 = true;
+  // Agent mode: the failure this host weighed first goes here (for hvdrun to weigh with
+  // the other hosts') instead of being reported as a line; the teardown is silent.
+  std::function<void(int rank, const std::string& host, int wait_status)> on_failure;
+};
+
+// The workers of another host, run by a remote agent. The agent's loop thread calls these.
+class RemoteControl {
+ public:
+  virtual ~RemoteControl() = default;
+  // SIGTERM: tear down (with the grace); SIGKILL: kill now; others: forward to the workers.
+  virtual void signal(int sig) = 0;
+  // True once the remote agent has ended (every worker there is gone) or the link is lost.
+  virtual bool finished() const = 0;
 };
 
 struct AgentResult {
@@ -49,8 +63,17 @@ class LocalAgent {
   // Runs the workers to completion. Every process group is gone when it returns.
   AgentResult run(std::vector<WorkerLaunch> launches);
 
+  // Hosts whose workers run elsewhere: signalled with the local groups, waited for.
+  void set_remotes(std::vector<RemoteControl*> remotes) { remotes_ = std::move(remotes); }
+
   // Thread-safe: tear the job down, report `message` and exit with `exit_code`.
   void request_teardown(std::string message, int exit_code);
+  // Thread-safe: a remote worker failed (weighed with the local failures).
+  void remote_failure(int rank, std::string host, int wait_status);
+  // Thread-safe: act as if hvdrun had received `sig` from the launcher (agent mode).
+  void request_signal(int sig);
+  // Thread-safe: look at the remotes again (one has finished).
+  void wake();
 
  private:
   struct Worker;
@@ -67,6 +90,8 @@ class LocalAgent {
   UniqueFd control_rd_, control_wr_;
   std::mutex control_mu_;
   std::optional<std::pair<std::string, int>> control_request_;
+  std::vector<int> signal_requests_;
+  std::vector<RemoteControl*> remotes_;
 
   bool tearing_down_ = false;
   bool killed_ = false;
@@ -77,6 +102,9 @@ class LocalAgent {
     int status;
   };
   std::vector<FailedWorker> failures_;
+  std::vector<FailedWorker> remote_failures_;  // under control_mu_
+  void note_failure(FailedWorker f);
+  void handle_signal(int sig, bool from_launcher);
   std::optional<double> report_at_;  // when the failures seen so far are reported
   AgentResult result_;
 };

@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <pwd.h>
 #include <unistd.h>
+
+#include <future>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@
 #include "common/net.h"
 #include "launcher/agent.h"
 #include "launcher/local_host.h"
+#include "launcher/remote_host.h"
 #include "launcher/log_sink.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
@@ -84,6 +88,42 @@ std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& co
   return out;
 }
 
+namespace {
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "hvdrun";
+}
+
+std::string ssh_dir() {
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    passwd* pw = getpwuid(getuid());
+    home = pw ? pw->pw_dir : "/";
+  }
+  return std::string(home) + "/.ssh";
+}
+
+// Runs fn(host) for every remote host at once; the errors, one line each.
+template <class Fn>
+std::vector<Error> on_every_host(std::vector<std::unique_ptr<RemoteHost>>& hosts, Fn fn) {
+  std::vector<std::future<Status>> futures;
+  for (auto& h : hosts) futures.push_back(std::async(std::launch::async, [&h, &fn] { return fn(*h); }));
+  std::vector<Error> errors;
+  for (auto& f : futures)
+    if (auto s = f.get(); !s) errors.push_back(s.error());
+  return errors;
+}
+
+int fail_all(const std::vector<Error>& errors, const char* what) {
+  for (const auto& e : errors) std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
+  std::fprintf(stderr, "hvdrun: %s; nothing was started on any host\n", what);
+  return errors.front().code > 0 && errors.front().code != 1 ? errors.front().code : exit_code::kLaunchFailed;
+}
+
+}  // namespace
+
 int run_job(const LaunchOptions& opts, char** envp) {
   auto launcher_env = environ_to_map(envp);
   auto plan = make_plan(opts, launcher_env);
@@ -94,42 +134,115 @@ int run_job(const LaunchOptions& opts, char** envp) {
     std::fflush(stdout);
     return 0;
   }
-  for (const auto& h : plan->hosts) {
-    bool used = false;
-    for (const auto& r : plan->ranks) used = used || r.host == h.host;
-    if (used && !is_local_host(h.host))
-      return fail(make_error("host '" + h.host +
-                                 "' is not this machine, and this build of hvdrun launches on local hosts only",
-                             exit_code::kLaunchFailed));
+  // Hosts with ranks, in order: this machine's run here, the others through an agent.
+  std::vector<std::string> remote_names;
+  std::map<std::string, int> remote_index;  // host -> index in remote_names
+  bool any_local = false;
+  for (const auto& r : plan->ranks) {
+    if (is_local_host(r.host)) {
+      any_local = true;
+    } else if (!remote_index.count(r.host)) {
+      remote_index[r.host] = static_cast<int>(remote_names.size());
+      remote_names.push_back(r.host);
+    }
   }
+  auto policy = parse_host_key_policy(opts.ssh_host_key_checking);
+  if (!policy) return fail(policy.error());
 
-  JobEnv job;
-  job.master_addr = "127.0.0.1";
-  auto port = free_port();
-  if (!port) return fail(port.error());
-  job.master_port = *port;
-  job.iface = opts.network_interface;
-  job.nccl_debug = opts.nccl_debug;
-  job.start_timeout = opts.start_timeout;
-  // The rendezvous listens on loopback when every host is this machine, else on the
-  // address of --network-interface.
-  job.rendezvous_addr = "127.0.0.1";
+  std::string secret = rdv::new_secret();
+  JobEnv base;
+  base.iface = opts.network_interface;
+  base.nccl_debug = opts.nccl_debug;
+  base.start_timeout = opts.start_timeout;
+  base.secret_hex = to_hex(secret.data(), secret.size());
+  std::string iface_addr;
   if (!opts.network_interface.empty()) {
     auto a = interface_address(opts.network_interface);
     if (!a) return fail(make_error("--network-interface: " + a.error().message, exit_code::kUsage));
-    job.rendezvous_addr = *a;
+    iface_addr = *a;
   }
-  std::string secret = rdv::new_secret();
-  job.secret_hex = to_hex(secret.data(), secret.size());
 
-  // Resolve the program once, with the workers' PATH, before anything starts.
-  auto first_env = build_worker_env(launcher_env, plan->env_overrides, job, plan->ranks[0], 0);
-  auto exe = resolve_program(opts.command[0], first_env.count("PATH") ? first_env.at("PATH") : "");
-  if (!exe) return fail(exe.error());
+  // Resolve the program once, with the workers' PATH, before anything starts (remote
+  // agents do the same on their hosts).
+  std::string exe;
+  if (any_local) {
+    auto first_env = build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0);
+    auto e = resolve_program(opts.command[0], first_env.count("PATH") ? first_env.at("PATH") : "");
+    if (!e) return fail(e.error());
+    exe = *e;
+  }
 
-  // The watchdog is forked before any thread of ours exists.
+  // The watchdog is forked before any thread or connection of ours exists.
   auto watchdog = Watchdog::start(opts.kill_grace);
   if (!watchdog) return fail(watchdog.error());
+
+  // Every remote host connected, authenticated and its agent started, all at once, before
+  // anything starts anywhere.
+  std::vector<std::unique_ptr<RemoteHost>> remotes;
+  if (!remote_names.empty()) {
+    RemoteSettings rs;
+    rs.ssh.port = opts.ssh_port;
+    rs.ssh.identity_file = opts.ssh_identity_file;
+    rs.ssh.host_key_policy = *policy;
+    rs.ssh.ssh_dir = ssh_dir();
+    rs.ssh.ssh_command = opts.ssh_command;
+    rs.ssh.connect_timeout = opts.start_timeout;
+    rs.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
+    rs.start_timeout = opts.start_timeout;
+    for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
+    spdlog::debug("connecting to {} remote host(s)", remotes.size());
+    auto errors = on_every_host(remotes, [](RemoteHost& h) { return h.connect(); });
+    if (!errors.empty()) {
+      watchdog->disarm();
+      return fail_all(errors, errors.size() == 1 ? "a host could not be reached" : "hosts could not be reached");
+    }
+  }
+
+  // Addresses, without guessing: --network-interface's, else the address this machine has
+  // on the SSH connections (as the hosts saw it), else loopback for a local job.
+  std::string reach_addr = "127.0.0.1", bind_addr = "127.0.0.1";
+  if (!iface_addr.empty()) {
+    reach_addr = bind_addr = iface_addr;
+  } else if (!remotes.empty()) {
+    reach_addr = remotes[0]->hello().launcher_addr;
+    bind_addr = reach_addr;
+    for (auto& r : remotes)
+      if (r->hello().launcher_addr != reach_addr) bind_addr = "0.0.0.0";  // hosts reach us on several addresses
+    if (reach_addr.empty()) {
+      watchdog->disarm();
+      return fail(make_error("cannot tell which address of this machine " + remote_names[0] +
+                                 " reaches; pass --network-interface",
+                             exit_code::kLaunchFailed));
+    }
+  }
+  std::string local_iface = base.iface;
+  if (local_iface.empty() && !remotes.empty())
+    if (auto i = interface_with_address(reach_addr)) local_iface = *i;
+  auto env_of_host = [&](const std::string& host) {
+    JobEnv e = base;
+    if (auto it = remote_index.find(host); it != remote_index.end()) {
+      const AgentHello& h = remotes[it->second]->hello();
+      e.rendezvous_addr = iface_addr.empty() ? h.launcher_addr : iface_addr;
+      if (e.iface.empty()) e.iface = h.host_iface;
+    } else {
+      e.rendezvous_addr = reach_addr;
+      e.iface = local_iface;
+    }
+    return e;
+  };
+  const std::string& rank0_host = plan->ranks[0].host;
+  if (auto it = remote_index.find(rank0_host); it != remote_index.end()) {
+    base.master_addr = remotes[it->second]->hello().host_addr;
+    base.master_port = remotes[it->second]->hello().free_port;
+  } else {
+    base.master_addr = reach_addr;
+    auto port = free_port();
+    if (!port) {
+      watchdog->disarm();
+      return fail(port.error());
+    }
+    base.master_port = *port;
+  }
 
   std::vector<int> rank_ids;
   for (const auto& r : plan->ranks) rank_ids.push_back(r.rank);
@@ -148,7 +261,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   LocalAgent agent(ao, **sink, &*watchdog);
 
   rdv::ServerOptions so;
-  so.bind_address = job.rendezvous_addr;
+  so.bind_address = bind_addr;
   so.port = opts.rendezvous_port;
   so.secret = secret;
   so.start_timeout = opts.start_timeout;
@@ -167,23 +280,56 @@ int run_job(const LaunchOptions& opts, char** envp) {
     watchdog->disarm();
     return fail(server.error());
   }
-  job.rendezvous_port = (*server)->port();
-  spdlog::debug("rendezvous listening on {}:{}", job.rendezvous_addr, job.rendezvous_port);
+  base.rendezvous_port = (*server)->port();
+  spdlog::debug("rendezvous listening on {}:{}", bind_addr, base.rendezvous_port);
 
   std::vector<WorkerLaunch> launches;
+  std::vector<AgentJob> jobs(remotes.size());
+  char cwd[4096];
+  std::string workdir = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  for (size_t i = 0; i < remotes.size(); ++i) {
+    jobs[i].host = remote_names[i];
+    jobs[i].cwd = workdir;
+    jobs[i].kill_grace = opts.kill_grace;
+  }
   for (const auto& r : plan->ranks) {
+    auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(r.host), r, r.host_index));
+    if (auto it = remote_index.find(r.host); it != remote_index.end()) {
+      jobs[it->second].ranks.push_back({r.rank, opts.command, std::move(env)});
+      continue;
+    }
     WorkerLaunch l;
     l.rank = r.rank;
     l.host = r.host;
-    l.request.exe = *exe;
+    l.request.exe = exe;
     l.request.argv = opts.command;
-    l.request.env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, job, r, r.host_index));
+    l.request.env = std::move(env);
     launches.push_back(std::move(l));
   }
-  spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", launches.size(),
-                plan->hosts.size(), job.master_addr, job.master_port);
+  if (!remotes.empty()) {
+    std::vector<std::future<Status>> prepared;
+    for (size_t i = 0; i < remotes.size(); ++i)
+      prepared.push_back(std::async(std::launch::async, [&, i] { return remotes[i]->prepare(jobs[i]); }));
+    std::vector<Error> errors;
+    for (auto& f : prepared)
+      if (auto s = f.get(); !s) errors.push_back(s.error());
+    if (!errors.empty()) {
+      remotes.clear();  // agents that saw no start exit at the EOF
+      server->reset();
+      watchdog->disarm();
+      return fail_all(errors, errors.size() == 1 ? "a host cannot run the job" : "hosts cannot run the job");
+    }
+  }
+  spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", plan->ranks.size(),
+                plan->hosts.size(), base.master_addr, base.master_port);
+  std::vector<RemoteControl*> controls;
+  for (auto& r : remotes) controls.push_back(r.get());
+  agent.set_remotes(controls);
   (*server)->begin_start_timer();
+  for (auto& r : remotes) r->start(agent, **sink);
   AgentResult res = agent.run(std::move(launches));
+  for (auto& r : remotes) r->join();
+  remotes.clear();
   server->reset();
   watchdog->disarm();
   return res.exit_code;

@@ -50,6 +50,15 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   app.add_option("-p,--ssh-port", ssh_port_s, "SSH port of the remote hosts")->type_name("PORT");
   app.add_option("-i,--ssh-identity-file", o.ssh_identity_file, "SSH private key for the remote hosts")
       ->type_name("FILE");
+  app.add_option("--ssh-host-key-checking", o.ssh_host_key_checking,
+                 "yes: known hosts only; accept-new (default): add unknown hosts, refuse changed keys; no")
+      ->type_name("POLICY")
+      ->check(CLI::IsMember({"yes", "accept-new", "no"}));
+  app.add_option("--ssh-command", o.ssh_command,
+                 "Launch remote agents through this client (e.g. 'ssh -o ProxyJump=gw') instead of libssh")
+      ->type_name("CMD");
+  app.add_option("--remote-hvdrun", o.remote_hvdrun, "hvdrun on the remote hosts (default: this hvdrun's own path)")
+      ->type_name("PATH");
   app.add_option("--start-timeout", start_timeout_s,
                  "Seconds for every rank to start and reach the rendezvous (env HVDRUN_START_TIMEOUT; default 30)")
       ->type_name("SECONDS");

@@ -14,6 +14,9 @@ struct LaunchOptions {
   std::string hostfile;
   int ssh_port = 0;
   std::string ssh_identity_file;
+  std::string ssh_host_key_checking = "accept-new";  // yes, accept-new or no
+  std::string ssh_command;                           // launch through this client instead of libssh
+  std::string remote_hvdrun;                         // hvdrun on the remote hosts; "": our own path
   double start_timeout = 30;
   double kill_grace = 5;
   std::string network_interface;

@@ -1,0 +1,55 @@
+// The stream between hvdrun and its agent on a remote host (over an SSH channel's stdin and
+// stdout): frames of u32 length (big-endian, counting type and payload) | u8 type | payload.
+//
+//   agent -> hvdrun: kHello (JSON: what the host sees of the connection), kReady,
+//                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
+//                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
+//   hvdrun -> agent: kJob (JSON: cwd, kill grace, one entry per rank with argv and env),
+//                    kStart, kSignal (u8 signal)
+//
+// Closing hvdrun's side (EOF on the agent's stdin) ends the workers on that host. The job
+// description, environment and secret travel only here, never on a command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace hvdrun::agentwire {
+
+enum class Type : uint8_t {
+  kHello = 1,
+  kJob = 2,
+  kReady = 3,
+  kSetupError = 4,
+  kStart = 5,
+  kOutput = 6,
+  kFailed = 7,
+  kDone = 8,
+  kSignal = 9,
+};
+
+inline constexpr uint32_t kMaxFrame = 64u << 20;
+
+struct Frame {
+  Type type;
+  std::string payload;
+};
+
+std::string encode(Type type, std::string_view payload);
+std::string encode_output(int rank, int stream, std::string_view lines);
+Status decode_output(std::string_view payload, int* rank, int* stream, std::string_view* lines);
+
+// Accumulates bytes; yields whole frames. An oversized or unknown frame is an error.
+class FrameReader {
+ public:
+  Status feed(std::string_view bytes, std::vector<Frame>& out);
+
+ private:
+  std::string buf_;
+};
+
+}  // namespace hvdrun::agentwire

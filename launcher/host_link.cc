@@ -1,0 +1,344 @@
+#include "launcher/host_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <libssh/libssh.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "common/socket_io.h"
+#include "common/strings.h"
+#include "common/unique_fd.h"
+#include "launcher/spawn.h"
+
+extern char** environ;
+
+namespace hvdrun {
+
+Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
+  if (s == "yes") return HostKeyPolicy::kYes;
+  if (s == "accept-new") return HostKeyPolicy::kAcceptNew;
+  if (s == "no") return HostKeyPolicy::kNo;
+  return make_error("--ssh-host-key-checking '" + s + "': expected yes, accept-new or no", 2);
+}
+
+std::string shell_quote(const std::string& w) {
+  if (!w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./-_", c);
+      }))
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+namespace {
+
+struct SessionFree {
+  void operator()(ssh_session s) const {
+    ssh_disconnect(s);
+    ssh_free(s);
+  }
+};
+struct ChannelFree {
+  void operator()(ssh_channel c) const {
+    ssh_channel_close(c);
+    ssh_channel_free(c);
+  }
+};
+struct KeyFree {
+  void operator()(ssh_key k) const { ssh_key_free(k); }
+};
+using Session = std::unique_ptr<std::remove_pointer_t<ssh_session>, SessionFree>;
+using Channel = std::unique_ptr<std::remove_pointer_t<ssh_channel>, ChannelFree>;
+using Key = std::unique_ptr<std::remove_pointer_t<ssh_key>, KeyFree>;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// libssh's connect errors, in the words the issue tracker asks for.
+std::string connect_cause(const std::string& raw) {
+  std::string l = lower(raw);
+  if (l.find("refused") != std::string::npos) return "connection refused";
+  if (l.find("no route") != std::string::npos) return "no route to host";
+  if (l.find("unreachable") != std::string::npos) return "network is unreachable";
+  if (l.find("timeout") != std::string::npos || l.find("timed out") != std::string::npos)
+    return "connection timed out";
+  if (l.find("resolve") != std::string::npos) return "cannot resolve the host name (" + raw + ")";
+  return raw;
+}
+
+class SshLink : public HostLink {
+ public:
+  SshLink(Session s, Channel c, std::string label) : session_(std::move(s)), channel_(std::move(c)), label_(std::move(label)) {}
+  ~SshLink() override {
+    channel_.reset();
+    session_.reset();
+  }
+  const std::string& label() const override { return label_; }
+
+  Status write(std::string_view data) override {
+    size_t off = 0;
+    while (off < data.size()) {
+      int n = ssh_channel_write(channel_.get(), data.data() + off, static_cast<uint32_t>(data.size() - off));
+      if (n == SSH_ERROR) return make_error(label_ + ": " + ssh_get_error(session_.get()));
+      off += static_cast<size_t>(n);
+    }
+    return {};
+  }
+
+  Result<std::string> read(int timeout_ms) override {
+    char buf[65536];
+    drain_stderr();
+    int n = ssh_channel_read_timeout(channel_.get(), buf, sizeof buf, 0, timeout_ms);
+    if (n == SSH_ERROR) return make_error(label_ + ": connection lost (" + std::string(ssh_get_error(session_.get())) + ")");
+    if (n > 0) return std::string(buf, static_cast<size_t>(n));
+    drain_stderr();
+    if (ssh_channel_is_eof(channel_.get()) || !ssh_channel_is_open(channel_.get()))
+      return make_error(label_ + ": the agent closed its output", kPeerClosed);
+    return std::string();
+  }
+
+  std::string stderr_text() override {
+    drain_stderr();
+    return err_;
+  }
+
+  std::optional<int> exit_status() override {
+    int st = ssh_channel_get_exit_status(channel_.get());
+    if (st < 0) return std::nullopt;
+    return st;
+  }
+
+  std::string local_address() const override {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (getsockname(ssh_get_fd(session_.get()), reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+    if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof buf);
+    if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof buf);
+    return buf;
+  }
+
+ private:
+  void drain_stderr() {
+    char buf[4096];
+    while (true) {
+      int n = ssh_channel_read_nonblocking(channel_.get(), buf, sizeof buf, 1);
+      if (n <= 0) break;
+      if (err_.size() < 65536) err_.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  Session session_;
+  Channel channel_;
+  std::string label_;
+  std::string err_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const SshSettings& s,
+                                                const std::string& command) {
+  static std::once_flag init;
+  std::call_once(init, [] { ssh_init(); });
+  Session session(ssh_new());
+  if (!session) return make_error(host + ": cannot create an SSH session");
+  ssh_session ss = session.get();
+  ssh_options_set(ss, SSH_OPTIONS_HOST, host.c_str());
+  if (!s.ssh_dir.empty()) ssh_options_set(ss, SSH_OPTIONS_SSH_DIR, s.ssh_dir.c_str());
+  // The user's ~/.ssh/config (User, Port, IdentityFile, HostName, ...), then our options.
+  std::string config = s.ssh_dir + "/config";
+  struct stat st {};
+  if (!s.ssh_dir.empty() && stat(config.c_str(), &st) == 0 && ssh_options_parse_config(ss, config.c_str()) != 0)
+    return make_error(host + ": cannot parse " + config + ": " + ssh_get_error(ss));
+  int no = 0;
+  ssh_options_set(ss, SSH_OPTIONS_PROCESS_CONFIG, &no);
+  if (s.port > 0) ssh_options_set(ss, SSH_OPTIONS_PORT, &s.port);
+  long timeout = std::max(1L, static_cast<long>(std::ceil(s.connect_timeout)));
+  ssh_options_set(ss, SSH_OPTIONS_TIMEOUT, &timeout);
+  unsigned int port = 22;
+  ssh_options_get_port(ss, &port);
+  std::string label = host + ":" + std::to_string(port);
+
+  if (ssh_connect(ss) != SSH_OK) return make_error(label + ": " + connect_cause(ssh_get_error(ss)));
+  fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
+
+  if (s.host_key_policy != HostKeyPolicy::kNo) {
+    switch (ssh_session_is_known_server(ss)) {
+      case SSH_KNOWN_HOSTS_OK:
+        break;
+      case SSH_KNOWN_HOSTS_CHANGED:
+      case SSH_KNOWN_HOSTS_OTHER:
+        return make_error(label + ": host key changed: it does not match known_hosts (" + s.ssh_dir +
+                          "/known_hosts); if the host was reinstalled, remove its old key with ssh-keygen -R");
+      case SSH_KNOWN_HOSTS_UNKNOWN:
+      case SSH_KNOWN_HOSTS_NOT_FOUND:
+        if (s.host_key_policy == HostKeyPolicy::kYes)
+          return make_error(label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
+                            "/known_hosts first)");
+        if (ssh_session_update_known_hosts(ss) != SSH_OK)
+          return make_error(label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
+        break;
+      case SSH_KNOWN_HOSTS_ERROR:
+        return make_error(label + ": cannot check the host key: " + ssh_get_error(ss));
+    }
+  }
+
+  int rc;
+  if (!s.identity_file.empty()) {
+    ssh_key raw = nullptr;
+    if (ssh_pki_import_privkey_file(s.identity_file.c_str(), nullptr, nullptr, nullptr, &raw) != SSH_OK)
+      return make_error(label + ": cannot read the identity file " + s.identity_file +
+                        " (missing, unreadable, or protected by a passphrase)");
+    Key key(raw);
+    rc = ssh_userauth_publickey(ss, nullptr, key.get());
+  } else {
+    rc = ssh_userauth_publickey_auto(ss, nullptr, nullptr);
+  }
+  if (rc != SSH_AUTH_SUCCESS) return make_error(label + ": authentication failed (publickey)");
+
+  Channel channel(ssh_channel_new(ss));
+  if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK)
+    return make_error(label + ": cannot open a session channel: " + ssh_get_error(ss));
+  if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK)
+    return make_error(label + ": cannot run the agent: " + ssh_get_error(ss));
+  return std::unique_ptr<HostLink>(new SshLink(std::move(session), std::move(channel), label));
+}
+
+namespace {
+
+class CommandLink : public HostLink {
+ public:
+  CommandLink(pid_t pid, UniqueFd in, UniqueFd out, UniqueFd err, std::string label)
+      : pid_(pid), in_(std::move(in)), out_(std::move(out)), err_fd_(std::move(err)), label_(std::move(label)) {}
+  ~CommandLink() override {
+    in_.reset();
+    out_.reset();
+    err_fd_.reset();
+    if (pid_ > 0 && !status_) {
+      kill(-pid_, SIGTERM);  // the client only: the agent ends on the EOF it sees
+      int st;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  const std::string& label() const override { return label_; }
+
+  Status write(std::string_view data) override {
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(in_.get(), data.data() + off, data.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return make_error(label_ + ": connection lost (the ssh client's stdin: " + std::strerror(errno) + ")");
+      off += static_cast<size_t>(n);
+    }
+    return {};
+  }
+
+  Result<std::string> read(int timeout_ms) override {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    char buf[65536];
+    while (true) {
+      pollfd p[2] = {{out_.get(), POLLIN, 0}, {err_fd_.valid() ? err_fd_.get() : -1, POLLIN, 0}};
+      int n = poll(p, 2, std::max(0, ms_until(deadline)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::string();
+      if (p[1].revents) {
+        ssize_t r = ::read(err_fd_.get(), buf, sizeof buf);
+        if (r > 0 && err_.size() < 65536) err_.append(buf, static_cast<size_t>(r));
+        if (r <= 0) err_fd_.reset();
+      }
+      if (p[0].revents) {
+        ssize_t r = ::read(out_.get(), buf, sizeof buf);
+        if (r > 0) return std::string(buf, static_cast<size_t>(r));
+        if (r < 0 && errno == EINTR) continue;
+        return make_error(label_ + ": the agent closed its output", kPeerClosed);
+      }
+    }
+  }
+
+  std::string stderr_text() override {
+    char buf[4096];
+    while (err_fd_.valid()) {
+      pollfd p{err_fd_.get(), POLLIN, 0};
+      if (poll(&p, 1, 0) <= 0) break;
+      ssize_t r = ::read(err_fd_.get(), buf, sizeof buf);
+      if (r <= 0) {
+        err_fd_.reset();
+        break;
+      }
+      if (err_.size() < 65536) err_.append(buf, static_cast<size_t>(r));
+    }
+    return err_;
+  }
+
+  std::optional<int> exit_status() override {
+    if (!status_) {
+      int st = 0;
+      // Before the job starts nobody else reaps; afterwards the agent loop may have.
+      for (int i = 0; i < 100; ++i) {
+        pid_t r = waitpid(pid_, &st, WNOHANG);
+        if (r == pid_) {
+          status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          break;
+        }
+        if (r < 0) break;
+        usleep(10000);
+      }
+    }
+    return status_;
+  }
+
+  std::string local_address() const override { return ""; }
+
+ private:
+  pid_t pid_;
+  UniqueFd in_, out_, err_fd_;
+  std::string label_;
+  std::string err_;
+  std::optional<int> status_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HostLink>> open_command_link(const std::string& host, const SshSettings& s,
+                                                    const std::string& command) {
+  std::vector<std::string> argv;
+  for (auto& w : split(s.ssh_command, ' '))
+    if (!w.empty()) argv.push_back(w);
+  if (argv.empty()) return make_error("--ssh-command is empty", 2);
+  if (s.port > 0) argv.insert(argv.end(), {"-p", std::to_string(s.port)});
+  if (!s.identity_file.empty()) argv.insert(argv.end(), {"-i", s.identity_file});
+  argv.push_back(host);
+  argv.push_back(command);
+  const char* path = std::getenv("PATH");
+  auto exe = resolve_program(argv[0], path ? path : "");
+  if (!exe) return make_error("--ssh-command: " + exe.error().message, 2);
+  int in[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return make_error(host + ": pipe: " + std::strerror(errno));
+  UniqueFd in_rd(in[0]), in_wr(in[1]);
+  SpawnRequest req;
+  req.exe = *exe;
+  req.argv = argv;
+  for (char** e = environ; *e; ++e) req.env.push_back(*e);
+  req.stdin_fd = in_rd.get();
+  auto spawned = spawn_worker(req);
+  if (!spawned) return make_error(host + ": " + spawned.error().message);
+  return std::unique_ptr<HostLink>(
+      new CommandLink(spawned->pid, std::move(in_wr), std::move(spawned->out), std::move(spawned->err), host));
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,161 @@
+#include "launcher/remote_host.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/deadline.h"
+#include "common/socket_io.h"
+#include "launcher/job.h"
+
+namespace hvdrun {
+
+using agentwire::Type;
+
+RemoteHost::RemoteHost(std::string host, RemoteSettings settings)
+    : host_(std::move(host)), settings_(std::move(settings)) {}
+
+RemoteHost::~RemoteHost() {
+  join();
+  close();
+}
+
+Status RemoteHost::connect() {
+  std::string command = "exec " + shell_quote(settings_.remote_hvdrun) + " --agent";
+  auto link = settings_.ssh.ssh_command.empty() ? open_ssh_link(host_, settings_.ssh, command)
+                                                : open_command_link(host_, settings_.ssh, command);
+  if (!link) return link.error();
+  link_ = std::move(*link);
+  auto f = next_frame(settings_.start_timeout);
+  if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
+  if (f->type != Type::kHello) return make_error(link_->label() + ": unexpected first message from the agent");
+  auto h = decode_hello(f->payload);
+  if (!h) return make_error(link_->label() + ": " + h.error().message);
+  hello_ = *h;
+  if (hello_.launcher_addr.empty()) hello_.launcher_addr = link_->local_address();
+  return {};
+}
+
+// Why the agent never spoke: its exit status and stderr say (127: no hvdrun there).
+std::string RemoteHost::describe_exit(const std::string& what) {
+  std::string err = link_->stderr_text();
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  if (auto nl = err.rfind('\n'); nl != std::string::npos) err = err.substr(nl + 1);
+  auto st = link_->exit_status();
+  if (st && (*st == 127 || *st == 126))
+    return link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " " +
+           (*st == 127 ? "not found" : "not executable") + (err.empty() ? "" : " (" + err + ")") +
+           "; install hvdrun at the same path there, or pass --remote-hvdrun PATH";
+  std::string msg = what;
+  if (st) msg += " (exit " + std::to_string(*st) + ")";
+  if (!err.empty()) msg += ": " + err;
+  return msg;
+}
+
+Result<agentwire::Frame> RemoteHost::next_frame(double seconds) {
+  auto deadline = deadline_in(seconds);
+  while (pending_.empty()) {
+    int ms = ms_until(deadline);
+    if (ms <= 0)
+      return make_error(link_->label() + ": the agent did not answer within " + std::to_string(static_cast<int>(seconds)) +
+                            " s (--start-timeout)",
+                        ETIMEDOUT);
+    auto bytes = link_->read(std::min(ms, 200));
+    if (!bytes) return bytes.error();
+    if (!bytes->empty())
+      if (auto s = reader_.feed(*bytes, pending_); !s) return make_error(link_->label() + ": " + s.error().message);
+  }
+  auto f = std::move(pending_.front());
+  pending_.erase(pending_.begin());
+  return f;
+}
+
+Status RemoteHost::prepare(const AgentJob& job) {
+  if (auto s = link_->write(agentwire::encode(Type::kJob, encode_job(job))); !s) return s;
+  auto f = next_frame(settings_.start_timeout);
+  if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
+  if (f->type == Type::kReady) return {};
+  if (f->type == Type::kSetupError) {
+    auto j = nlohmann::json::parse(f->payload, nullptr, false);
+    std::string message = j.is_object() ? j.value("message", "setup failed") : "setup failed";
+    int code = j.is_object() ? j.value("code", exit_code::kLaunchFailed) : exit_code::kLaunchFailed;
+    return make_error("host " + host_ + ": " + message, code);
+  }
+  return make_error(link_->label() + ": unexpected answer to the job description", exit_code::kLaunchFailed);
+}
+
+void RemoteHost::start(LocalAgent& agent, OutputSink& sink) {
+  thread_ = std::thread([this, &agent, &sink] {
+    relay(agent, sink);
+    finished_ = true;
+    agent.wake();
+  });
+}
+
+void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
+  if (!link_->write(agentwire::encode(Type::kStart, ""))) {
+    agent.request_teardown("hvdrun: host " + host_ + ": connection lost before the start", exit_code::kLaunchFailed);
+    return;
+  }
+  bool failed_reported = false;
+  std::vector<agentwire::Frame> frames = std::move(pending_);
+  pending_.clear();
+  while (true) {
+    std::vector<int> sigs;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      sigs.swap(signals_);
+    }
+    for (int sig : sigs) {
+      char c = static_cast<char>(sig);
+      (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
+    }
+    for (auto& f : frames) {
+      if (f.type == Type::kOutput) {
+        int rank, stream;
+        std::string_view lines;
+        if (!agentwire::decode_output(f.payload, &rank, &stream, &lines)) continue;
+        if (rank < 0) sink.notice(std::string(lines.substr(0, lines.empty() ? 0 : lines.size() - 1)));
+        else sink.write_lines(rank, stream == 0 ? StreamKind::kStdout : StreamKind::kStderr, lines);
+      } else if (f.type == Type::kFailed) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        if (j.is_object()) {
+          failed_reported = true;
+          agent.remote_failure(j.value("rank", -1), host_, j.value("status", 1 << 8));
+        }
+      } else if (f.type == Type::kDone) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        int code = j.is_object() ? j.value("code", 0) : 0;
+        if (code != 0 && !failed_reported) agent.request_teardown("", code);  // its notice said why
+        return;
+      }
+    }
+    frames.clear();
+    auto bytes = link_->read(20);
+    if (!bytes) {
+      agent.request_teardown("hvdrun: host " + host_ + ": " + bytes.error().message +
+                                 "; its workers are ended by its agent",
+                             exit_code::kLaunchFailed);
+      return;
+    }
+    if (!bytes->empty())
+      if (auto s = reader_.feed(*bytes, frames); !s) {
+        agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);
+        return;
+      }
+  }
+}
+
+void RemoteHost::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void RemoteHost::close() { link_.reset(); }
+
+void RemoteHost::signal(int sig) {
+  std::lock_guard<std::mutex> lk(mu_);
+  signals_.push_back(sig);
+}
+
+}  // namespace hvdrun

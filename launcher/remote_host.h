@@ -1,0 +1,69 @@
+// One remote host of a job, from hvdrun's side: the link to its agent, driven by one
+// thread. connect() and prepare() run before anything starts anywhere; start() relays the
+// host's output to the sink and its failures to the LocalAgent until the agent is done.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "launcher/agent.h"
+#include "launcher/host_link.h"
+#include "launcher/output_sink.h"
+#include "launcher/remote_agent.h"
+
+namespace hvdrun {
+
+struct RemoteSettings {
+  SshSettings ssh;
+  std::string remote_hvdrun;  // the agent's executable on the remote host
+  double start_timeout = 30;
+};
+
+class RemoteHost : public RemoteControl {
+ public:
+  RemoteHost(std::string host, RemoteSettings settings);
+  ~RemoteHost() override;
+
+  // Connects, authenticates and starts the agent; waits for its hello. One-line errors
+  // that name the host.
+  Status connect();
+  const AgentHello& hello() const { return hello_; }
+  const std::string& host() const { return host_; }
+  std::string local_address() const { return link_ ? link_->local_address() : ""; }
+
+  // Sends the job; the agent checks the working directory and the program.
+  Status prepare(const AgentJob& job);
+
+  // Starts the workers and relays until the agent is done (on a thread of its own).
+  void start(LocalAgent& agent, OutputSink& sink);
+  void join();
+  // Drops the link: an agent that has not started anything exits, one that has ends its
+  // workers.
+  void close();
+
+  void signal(int sig) override;
+  bool finished() const override { return finished_.load(); }
+
+ private:
+  Result<agentwire::Frame> next_frame(double seconds);
+  std::string describe_exit(const std::string& what);
+  void relay(LocalAgent& agent, OutputSink& sink);
+
+  std::string host_;
+  RemoteSettings settings_;
+  std::unique_ptr<HostLink> link_;
+  agentwire::FrameReader reader_;
+  std::vector<agentwire::Frame> pending_;
+  AgentHello hello_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> signals_;  // to send, under mu_
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace hvdrun

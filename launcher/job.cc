@@ -194,7 +194,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     auto errors = on_every_host(remotes, [](RemoteHost& h) { return h.connect(); });
     if (!errors.empty()) {
       watchdog->disarm();
-      return fail_all(errors, errors.size() == 1 ? "a host could not be reached" : "hosts could not be reached");
+      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(remotes.size()) + " remote host(s) failed to connect").c_str());
     }
   }
 
@@ -317,7 +317,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
       remotes.clear();  // agents that saw no start exit at the EOF
       server->reset();
       watchdog->disarm();
-      return fail_all(errors, errors.size() == 1 ? "a host cannot run the job" : "hosts cannot run the job");
+      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(remotes.size()) + " remote host(s) cannot run the job").c_str());
     }
   }
   spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", plan->ranks.size(),

@@ -134,8 +134,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     frames.clear();
     auto bytes = link_->read(20);
     if (!bytes) {
-      agent.request_teardown("hvdrun: host " + host_ + ": " + bytes.error().message +
-                                 "; its workers are ended by its agent",
+      agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
                              exit_code::kLaunchFailed);
       return;
     }

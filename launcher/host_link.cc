@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <wordexp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -316,9 +317,13 @@ class CommandLink : public HostLink {
 
 Result<std::unique_ptr<HostLink>> open_command_link(const std::string& host, const SshSettings& s,
                                                     const std::string& command) {
+  // Split as a shell would (quotes, no substitutions).
   std::vector<std::string> argv;
-  for (auto& w : split(s.ssh_command, ' '))
-    if (!w.empty()) argv.push_back(w);
+  wordexp_t words{};
+  if (wordexp(s.ssh_command.c_str(), &words, WRDE_NOCMD | WRDE_UNDEF) != 0)
+    return make_error("--ssh-command '" + s.ssh_command + "': expected a command line without substitutions", 2);
+  for (size_t i = 0; i < words.we_wordc; ++i) argv.push_back(words.we_wordv[i]);
+  wordfree(&words);
   if (argv.empty()) return make_error("--ssh-command is empty", 2);
   if (s.port > 0) argv.insert(argv.end(), {"-p", std::to_string(s.port)});
   if (!s.identity_file.empty()) argv.insert(argv.end(), {"-i", s.identity_file});

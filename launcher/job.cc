@@ -314,10 +314,11 @@ int run_job(const LaunchOptions& opts, char** envp) {
     for (auto& f : prepared)
       if (auto s = f.get(); !s) errors.push_back(s.error());
     if (!errors.empty()) {
+      size_t n = remotes.size();
       remotes.clear();  // agents that saw no start exit at the EOF
       server->reset();
       watchdog->disarm();
-      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(remotes.size()) + " remote host(s) cannot run the job").c_str());
+      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(n) + " remote host(s) cannot run the job").c_str());
     }
   }
   spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", plan->ranks.size(),

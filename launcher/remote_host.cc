@@ -47,6 +47,7 @@ std::string RemoteHost::describe_exit(const std::string& what) {
     return link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " " +
            (*st == 127 ? "not found" : "not executable") + (err.empty() ? "" : " (" + err + ")") +
            "; install hvdrun at the same path there, or pass --remote-hvdrun PATH";
+  if (st && *st == 255 && !err.empty()) return link_->label() + ": " + err;  // the ssh client's own failure
   std::string msg = what;
   if (st) msg += " (exit " + std::to_string(*st) + ")";
   if (!err.empty()) msg += ": " + err;

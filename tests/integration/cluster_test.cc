@@ -1,0 +1,334 @@
+// Multi-host jobs on real sshd hosts: network namespaces joined by a bridge, each with its
+// own sshd (tests/cluster/cluster.sh). Needs root; skipped, saying why, elsewhere.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <map>
+#include <thread>
+
+#include "process.h"
+
+using namespace testing_hvdrun;
+
+namespace {
+
+const std::string kHvdrun = HVDRUN_BIN;
+const std::string kColl = COLL_WORKER_BIN;
+const std::string kCluster = CLUSTER_SCRIPT;
+constexpr int kHosts = 4;
+
+// Runs a shell command with a deadline; its stdout.
+std::string sh(const std::string& cmd, double seconds = 30) {
+  auto o = run({"timeout", std::to_string(static_cast<int>(seconds)), "sh", "-c", cmd}, seconds + 5);
+  return o.out;
+}
+
+class Cluster : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      skip_ = "needs root for network namespaces";
+      return;
+    }
+    if (access("/usr/sbin/sshd", X_OK) != 0) {
+      skip_ = "needs /usr/sbin/sshd (openssh-server)";
+      return;
+    }
+    dir_ = make_temp_dir();
+    auto o = run({"timeout", "60", kCluster, "up", dir_, std::to_string(kHosts)}, 70);
+    if (o.exit_code != 0) {
+      skip_ = "cluster.sh up failed: " + o.err;
+      FAIL() << skip_;  // root with sshd: the cluster must come up
+    }
+    for (int i = 1; i <= kHosts; ++i) {
+      std::string n = sh("ip netns exec hvdh" + std::to_string(i) + " readlink /proc/self/ns/net");
+      netns_["h" + std::to_string(i)] = n.substr(0, n.find('\n'));
+    }
+    netns_["localhost"] = std::filesystem::read_symlink("/proc/self/ns/net").string();
+  }
+  void TearDown() override {
+    if (!dir_.empty()) {
+      run({"timeout", "60", kCluster, "down", dir_}, 70);
+      std::filesystem::remove_all(dir_);
+    }
+  }
+  static const std::string& skip() { return skip_; }
+  static const std::string& dir() { return dir_; }
+  static std::string home() { return dir_ + "/home"; }
+  static const std::string& netns(const std::string& host) { return netns_[host]; }
+
+ private:
+  static inline std::string skip_, dir_;
+  static inline std::map<std::string, std::string> netns_;
+};
+
+[[maybe_unused]] auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Cluster);
+
+#define REQUIRE_CLUSTER() \
+  if (!Cluster::skip().empty()) GTEST_SKIP() << "cluster tests skipped: " << Cluster::skip()
+
+Outcome hvdrun(std::vector<std::string> args, double seconds = 90, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), kHvdrun);
+  env.emplace("HOME", Cluster::home());
+  return run(args, seconds, env);
+}
+
+// Processes other than sshd in the test hosts' namespaces (and the given local pids).
+std::string leftovers() {
+  return sh("for n in $(seq 1 " + std::to_string(kHosts) +
+            "); do ip netns pids hvdh$n; done | xargs -r ps -o pid=,comm= -p | grep -v ' sshd$' || true");
+}
+
+bool wait_until(const std::function<bool()>& pred, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+std::string openssh_command() {
+  std::string d = Cluster::home() + "/.ssh";
+  return "ssh -F " + d + "/config -i " + d + "/id_ed25519 -o UserKnownHostsFile=" + d +
+         "/known_hosts -o StrictHostKeyChecking=accept-new -o BatchMode=yes";
+}
+
+}  // namespace
+
+TEST(Cluster, RanksLandOnTheRightHostsInTheLaunchersDirectory) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "9", "-H", "localhost:1,h1:2,h2:2,h3:2,h4:2", "sh", "-c",
+                   "echo $HOROVOD_RANK $HOROVOD_HOSTNAME $(readlink /proc/self/ns/net) $PWD $HVDRUN_IFACE"});
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::string cwd = std::filesystem::current_path().string();
+  const char* hosts[] = {"localhost", "h1", "h1", "h2", "h2", "h3", "h3", "h4", "h4"};
+  for (int r = 0; r < 9; ++r) {
+    std::string want = "[" + std::to_string(r) + "]<stdout>:" + std::to_string(r) + " " + hosts[r] + " " +
+                       Cluster::netns(hosts[r]) + " " + cwd + " " + (r == 0 ? "hvdbr0" : "eth0") + "\n";
+    EXPECT_NE(o.out.find(want), std::string::npos) << "missing: " << want << "in:\n" << o.out;
+  }
+}
+
+TEST(Cluster, CollectivesAcrossHosts) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "7", "-H", "localhost:1,h1:2,h2:2,h3:1,h4:1", kColl, "check"}, 180);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 7; ++r)
+    EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked"), std::string::npos) << o.out;
+}
+
+TEST(Cluster, ThroughTheOpenSshClient) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "4", "-H", "h1:2,h2:2", "--ssh-command", openssh_command(), kColl, "check"}, 180);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("rank 3 checked"), std::string::npos) << o.out;
+}
+
+TEST(Cluster, SecretAndEnvironmentAreNeverOnARemoteCommandLine) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  // Each remote rank looks at every command line on the machine (all namespaces share the
+  // pid namespace) for its secret and for a -x variable's value.
+  // The value of MARKER is in the environment only (forwarded with -x MARKER).
+  auto o = hvdrun({"-np", "2", "-H", "h1:1,h2:1", "-x", "MARKER", "sh", "-c",
+                   "printf '%s\\n%s\\n' \"$HVDRUN_SECRET\" \"$MARKER\" > " + dir +
+                       "/s$HOROVOD_RANK; test ${#HVDRUN_SECRET} = 64 && test -n \"$MARKER\" || exit 9; "
+                       "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done > " + dir +
+                       "/c$HOROVOD_RANK; grep -c -F -f " + dir + "/s$HOROVOD_RANK " + dir + "/c$HOROVOD_RANK"},
+                  90, {{"MARKER", "hvdrun-marker-7d1c"}});
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(o.exit_code, 1) << o.out << o.err;  // grep -c found nothing
+  EXPECT_NE(o.out.find("[0]<stdout>:0"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:0"), std::string::npos) << o.out;
+}
+
+TEST(Cluster, UnreachableHostIsNamedAndNothingStartsAnywhere) {
+  REQUIRE_CLUSTER();
+  std::string mark = Cluster::dir() + "/started-unreachable";
+  auto o = hvdrun({"-np", "2", "-H", "h1:1,10.250.0.99:1", "--start-timeout", "20", "touch", mark}, 60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: 10.250.0.99:22: no route to host"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("nothing was started on any host"), std::string::npos) << o.err;
+  EXPECT_FALSE(std::filesystem::exists(mark));
+  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 10)) << leftovers();
+}
+
+TEST(Cluster, WrongPortIsConnectionRefused) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "2", "-H", "h1:1,h2:1", "-p", "2222", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h1:2222: connection refused"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: h2:2222: connection refused"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, WrongKeyIsAuthenticationFailed) {
+  REQUIRE_CLUSTER();
+  std::string key = Cluster::dir() + "/stranger";
+  sh("rm -f " + key + "*; ssh-keygen -q -t ed25519 -N '' -f " + key);
+  auto o = hvdrun({"-np", "1", "-H", "h1:1", "-i", key, "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h1:22: authentication failed (publickey)"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, HostKeyPolicies) {
+  REQUIRE_CLUSTER();
+  std::string kh = Cluster::home() + "/.ssh/known_hosts";
+  std::string saved = read_file(kh);
+  // accept-new (default) records an unknown host.
+  sh(": > " + kh);
+  auto o = hvdrun({"-np", "1", "-H", "h3:1", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(read_file(kh).find("10.250.0.13"), std::string::npos);
+  // A changed key is refused.
+  std::string fake = Cluster::dir() + "/fakehost";
+  sh("rm -f " + fake + "*; ssh-keygen -q -t ed25519 -N '' -f " + fake + "; echo \"10.250.0.13 $(cut -d' ' -f1,2 " +
+     fake + ".pub)\" > " + kh);
+  o = hvdrun({"-np", "1", "-H", "h3:1", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h3:22: host key changed"), std::string::npos) << o.err;
+  // ... unless checking is off.
+  o = hvdrun({"-np", "1", "-H", "h3:1", "--ssh-host-key-checking", "no", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  // yes: an unknown host is refused.
+  sh(": > " + kh);
+  o = hvdrun({"-np", "1", "-H", "h3:1", "--ssh-host-key-checking", "yes", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h3:22: host key unknown"), std::string::npos) << o.err;
+  std::ofstream(kh) << saved;
+}
+
+TEST(Cluster, UserSshConfigIsHonoured) {
+  REQUIRE_CLUSTER();
+  // A home whose only key has a name ssh would not try by itself: IdentityFile, HostName,
+  // User and Port come from ~/.ssh/config.
+  std::string home = Cluster::dir() + "/home2";
+  sh("rm -rf " + home + "; mkdir -p " + home + "/.ssh; cp " + Cluster::home() + "/.ssh/id_ed25519 " + home +
+     "/.ssh/work_key; printf 'Host node-a\\n  HostName 10.250.0.14\\n  User root\\n  IdentityFile " + home +
+     "/.ssh/work_key\\nHost node-b\\n  HostName 10.250.0.14\\n  Port 2222\\n' > " + home + "/.ssh/config");
+  auto o = run({kHvdrun, "-np", "1", "-H", "node-a:1", "sh", "-c", "echo $(readlink /proc/self/ns/net)"}, 60,
+               {{"HOME", home}});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find(Cluster::netns("h4")), std::string::npos) << o.out;
+  o = run({kHvdrun, "-np", "1", "-H", "node-b:1", "true"}, 60, {{"HOME", home}});
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: node-b:2222: connection refused"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, MissingRemoteHvdrunIsAClearError) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "1", "-H", "h1:1", "--remote-hvdrun", "/nonexistent/hvdrun", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h1:22: remote hvdrun /nonexistent/hvdrun not found"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, MissingRemoteWorkingDirectoryIsAClearError) {
+  REQUIRE_CLUSTER();
+  // The remote agent runs in a mount namespace where the launcher's directory is hidden
+  // under an empty tmpfs: the directory is missing on that host only.
+  std::string base = Cluster::dir() + "/hidden", work = base + "/work", wrapper = Cluster::dir() + "/hiding-hvdrun";
+  std::filesystem::create_directories(work);
+  std::ofstream(wrapper) << "#!/bin/sh\nexec unshare -m sh -c 'mount -t tmpfs none " << base << " && exec " << kHvdrun
+                         << " --agent'\n";
+  chmod(wrapper.c_str(), 0755);
+  auto o = run({"sh", "-c", "cd " + work + " && exec " + kHvdrun + " -np 1 -H h2:1 --remote-hvdrun " + wrapper + " true"},
+               60, {{"HOME", Cluster::home()}});
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: host h2: working directory " + work + " is not usable here"), std::string::npos)
+      << o.err;
+}
+
+TEST(Cluster, RemoteWorkerKilledTearsDownTheJobWithItsRankAndHost) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "5", "-H", "localhost:1,h1:2,h2:2", "--kill-grace", "2", "sh", "-c",
+                   "if [ $HOROVOD_RANK = 3 ]; then sleep 0.5; kill -9 $$; fi; exec sleep 60"},
+                  60);
+  ASSERT_FALSE(o.timed_out) << "the job did not end";
+  EXPECT_EQ(o.exit_code, 137) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: rank 3 (host h2) was killed by signal 9 (SIGKILL)"), std::string::npos) << o.err;
+  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 10)) << leftovers();
+}
+
+TEST(Cluster, RemoteWorkerExitCodeIsTheJobs) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "4", "-H", "h1:2,h2:2", "sh", "-c", "if [ $HOROVOD_RANK = 2 ]; then exit 7; fi; exec sleep 60"},
+                  60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 7) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: rank 2 (host h2) exited with code 7"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, SignalsReachRemoteWorkers) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  Process p({kHvdrun, "-np", "2", "-H", "h1:1,h2:1", "sh", "-c",
+             "trap 'echo got USR1' USR1; trap 'echo got TERM; exit 0' TERM; touch " + dir +
+                 "/up$HOROVOD_RANK; while :; do sleep 0.05; done"},
+            {{"HOME", Cluster::home()}});
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir + "/up0") && std::filesystem::exists(dir + "/up1"); }, 30));
+  p.signal(SIGUSR1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  p.signal(SIGINT);
+  auto o = p.wait(30);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 130) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:got USR1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got USR1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[0]<stdout>:got TERM"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got TERM"), std::string::npos) << o.out;
+  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 10)) << leftovers();
+}
+
+TEST(Cluster, HvdrunSigkilledLeavesNoProcessOnAnyHost) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  Process p({kHvdrun, "-np", "5", "-H", "localhost:1,h1:2,h2:2", "sh", "-c",
+             "echo $$ > " + dir + "/pid$HOROVOD_RANK; exec sleep 1000"},
+            {{"HOME", Cluster::home()}});
+  ASSERT_TRUE(wait_until([&] {
+    for (int r = 0; r < 5; ++r)
+      if (read_file(dir + "/pid" + std::to_string(r)).empty()) return false;
+    return true;
+  }, 30));
+  std::vector<pid_t> workers;
+  for (int r = 0; r < 5; ++r) workers.push_back(std::atoi(read_file(dir + "/pid" + std::to_string(r)).c_str()));
+  p.signal(SIGKILL);
+  p.wait(10);
+  EXPECT_TRUE(wait_until([&] {
+    for (pid_t w : workers)
+      if (pid_alive(w)) return false;
+    return leftovers().empty();
+  }, 15)) << "left: " << leftovers();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cluster, SshdKilledUnderARunningJob) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  Process p({kHvdrun, "-np", "4", "-H", "h1:2,h2:2", "sh", "-c", "echo $$ > " + dir + "/pid$HOROVOD_RANK; exec sleep 1000"},
+            {{"HOME", Cluster::home()}});
+  ASSERT_TRUE(wait_until([&] { return !read_file(dir + "/pid3").empty() && !read_file(dir + "/pid0").empty(); }, 30));
+  pid_t remote = std::atoi(read_file(dir + "/pid3").c_str());
+  // Every sshd of h2: the listener and the job's session.
+  sh("ip netns pids hvdh2 | xargs -r ps -o pid=,comm= -p | awk '$2 == \"sshd\" {print $1}' | xargs -r kill -9");
+  auto o = p.wait(30);
+  ASSERT_FALSE(o.timed_out) << "hvdrun did not notice the lost host";
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: h2:22: connection lost"), std::string::npos) << o.err;
+  EXPECT_TRUE(wait_until([&] { return !pid_alive(remote) && leftovers().empty(); }, 15)) << leftovers();
+  std::filesystem::remove_all(dir);
+  // Bring h2's sshd back for the tests that follow in this process.
+  sh("ip netns exec hvdh2 /usr/sbin/sshd -f " + Cluster::dir() + "/h2/sshd_config -E " + Cluster::dir() + "/h2/sshd.log");
+}

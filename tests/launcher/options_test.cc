@@ -33,6 +33,18 @@ TEST(Options, DoubleDashAndDefaults) {
   EXPECT_EQ(r->options.np, 0);
 }
 
+TEST(Options, SshOptions) {
+  auto r = parse({"-np", "2", "-H", "a,b", "--ssh-host-key-checking", "yes", "--ssh-command", "ssh -J gw",
+                  "--remote-hvdrun", "/opt/hvdrun/bin/hvdrun", "true"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->options.ssh_host_key_checking, "yes");
+  EXPECT_EQ(r->options.ssh_command, "ssh -J gw");
+  EXPECT_EQ(r->options.remote_hvdrun, "/opt/hvdrun/bin/hvdrun");
+  r = parse({"-np", "1", "true"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->options.ssh_host_key_checking, "accept-new");
+}
+
 TEST(Options, NcclDebugLevelIsNcclsSpelling) {
   auto r = parse({"-np", "1", "--nccl-debug", "info", "true"});
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -62,6 +74,7 @@ TEST(Options, UsageErrorsAreOneLineExitTwo) {
       {{"-np", "1", "-p", "70000", "true"}, "--ssh-port '70000'"},
       {{"-np", "1", "--log-level", "loud", "true"}, "loud"},
       {{"-np", "1", "--nccl-debug", "chatty", "true"}, "chatty"},
+      {{"-np", "1", "--ssh-host-key-checking", "maybe", "true"}, "maybe"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);

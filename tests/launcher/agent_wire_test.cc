@@ -1,0 +1,89 @@
+#include "launcher/agent_wire.h"
+
+#include <gtest/gtest.h>
+
+#include "launcher/host_link.h"
+#include "launcher/remote_agent.h"
+
+namespace hvdrun {
+namespace {
+
+using agentwire::Frame;
+using agentwire::FrameReader;
+using agentwire::Type;
+
+TEST(AgentWire, FramesSurviveAnySplitOfTheStream) {
+  std::string stream = agentwire::encode(Type::kHello, "{}") + agentwire::encode_output(3, 1, "a\nbc\n") +
+                       agentwire::encode(Type::kStart, "") + agentwire::encode_output(-1, 1, "hvdrun: x\n");
+  for (size_t chunk = 1; chunk <= stream.size(); ++chunk) {
+    FrameReader r;
+    std::vector<Frame> frames;
+    for (size_t off = 0; off < stream.size(); off += chunk) ASSERT_TRUE(r.feed(stream.substr(off, chunk), frames).ok());
+    ASSERT_EQ(frames.size(), 4u) << "chunk " << chunk;
+    EXPECT_EQ(frames[0].type, Type::kHello);
+    EXPECT_EQ(frames[0].payload, "{}");
+    int rank, s;
+    std::string_view lines;
+    ASSERT_TRUE(agentwire::decode_output(frames[1].payload, &rank, &s, &lines).ok());
+    EXPECT_EQ(rank, 3);
+    EXPECT_EQ(s, 1);
+    EXPECT_EQ(lines, "a\nbc\n");
+    EXPECT_EQ(frames[2].type, Type::kStart);
+    ASSERT_TRUE(agentwire::decode_output(frames[3].payload, &rank, &s, &lines).ok());
+    EXPECT_EQ(rank, -1);
+  }
+}
+
+TEST(AgentWire, BadFramesAreErrors) {
+  FrameReader r;
+  std::vector<Frame> frames;
+  EXPECT_FALSE(r.feed(std::string("\xff\xff\xff\xff\x01", 5), frames).ok());  // oversized
+  FrameReader r2;
+  EXPECT_FALSE(r2.feed(std::string("\0\0\0\x01\x63", 5), frames).ok());  // unknown type
+  FrameReader r3;
+  EXPECT_FALSE(r3.feed(std::string("\0\0\0\0\x01", 5), frames).ok());  // empty frame
+  int rank, s;
+  std::string_view lines;
+  EXPECT_FALSE(agentwire::decode_output("abc", &rank, &s, &lines).ok());
+  EXPECT_FALSE(agentwire::decode_output(std::string("\0\0\0\x01\x07x", 6), &rank, &s, &lines).ok());
+}
+
+TEST(AgentWire, JobAndHelloRoundTrip) {
+  AgentJob job;
+  job.host = "node2";
+  job.cwd = "/work dir";
+  job.kill_grace = 2.5;
+  job.ranks = {{4, {"python", "train.py"}, {"A=1", "HVDRUN_SECRET=ab"}}, {5, {"python"}, {}}};
+  auto back = decode_job(encode_job(job));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->host, "node2");
+  EXPECT_EQ(back->cwd, "/work dir");
+  EXPECT_DOUBLE_EQ(back->kill_grace, 2.5);
+  ASSERT_EQ(back->ranks.size(), 2u);
+  EXPECT_EQ(back->ranks[0].rank, 4);
+  EXPECT_EQ(back->ranks[0].env[1], "HVDRUN_SECRET=ab");
+  EXPECT_FALSE(decode_job("{\"host\": 1}").ok());
+  EXPECT_FALSE(decode_job("not json").ok());
+
+  AgentHello h{"10.0.0.1", "10.0.0.2", "eth0", 40000, "0.1.0"};
+  auto hb = decode_hello(encode_hello(h));
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->launcher_addr, "10.0.0.1");
+  EXPECT_EQ(hb->host_iface, "eth0");
+  EXPECT_EQ(hb->free_port, 40000);
+}
+
+TEST(HostLink, ShellQuoteAndPolicies) {
+  EXPECT_EQ(shell_quote("/usr/bin/hvdrun"), "/usr/bin/hvdrun");
+  EXPECT_EQ(shell_quote("/opt/my dir/hvdrun"), "'/opt/my dir/hvdrun'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(*parse_host_key_policy("accept-new"), HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(*parse_host_key_policy("no"), HostKeyPolicy::kNo);
+  auto bad = parse_host_key_policy("maybe");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'maybe': expected yes, accept-new or no"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hvdrun

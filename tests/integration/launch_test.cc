@@ -297,6 +297,8 @@ TEST(Launch, ExitCodes) {
   EXPECT_EQ(usage.out, "");
   auto remote = run(hvd({"-H", "unresolvable-host-x:1", "true"}));
   EXPECT_EQ(remote.exit_code, 3);
+  EXPECT_NE(remote.err.find("hvdrun: unresolvable-host-x:22: cannot resolve the host name"), std::string::npos)
+      << remote.err;
 }
 
 TEST(Launch, BadInputIsOneLineAndLaunchesNothing) {

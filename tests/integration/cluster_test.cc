@@ -332,3 +332,25 @@ TEST(Cluster, SshdKilledUnderARunningJob) {
   // Bring h2's sshd back for the tests that follow in this process.
   sh("ip netns exec hvdh2 /usr/sbin/sshd -f " + Cluster::dir() + "/h2/sshd_config -E " + Cluster::dir() + "/h2/sshd.log");
 }
+
+TEST(Cluster, MasterAddrIsRankZerosHost) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "2", "-H", "h2:1,h1:1", "sh", "-c", "echo $MASTER_ADDR $HVDRUN_RENDEZVOUS_ADDR"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:10.250.0.12 10.250.0.1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:10.250.0.12 10.250.0.1\n"), std::string::npos) << o.out;
+}
+
+TEST(Cluster, PyTorchDdpAcrossHosts) {
+  REQUIRE_CLUSTER();
+  if (run({"/usr/bin/python3", "-c", "import torch.distributed"}, 120).exit_code != 0)
+    GTEST_SKIP() << "Debian's python3-torch is not installed for /usr/bin/python3";
+  std::string script = std::string(TEST_SOURCE_DIR) + "/integration/ddp_train.py";
+  // torch's gloo finds its interface from GLOO_SOCKET_IFNAME, which hvdrun sets per host.
+  auto o = hvdrun({"-np", "3", "-H", "h1:1,h2:1,h3:1", "/usr/bin/python3", script}, 240);
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.err.substr(0, 3000);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(o.out.find("[" + std::to_string(r) + "]<stdout>:rank " + std::to_string(r) + "/3 ok"), std::string::npos)
+        << o.out;
+}

@@ -3,9 +3,12 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "common/unique_fd.h"
 
 namespace hvdrun {
 
@@ -50,6 +53,23 @@ Result<std::string> interface_with_address(const std::string& addr) {
   freeifaddrs(ifs);
   if (found.empty()) return make_error("no network interface has the address " + addr);
   return found;
+}
+
+}  // namespace hvdrun
+
+namespace hvdrun {
+
+Result<int> free_tcp_port() {
+  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return make_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return make_error(std::string("bind: ") + std::strerror(errno));
+  return static_cast<int>(ntohs(a.sin_port));
 }
 
 }  // namespace hvdrun

@@ -11,5 +11,7 @@ namespace hvdrun {
 Result<std::string> interface_address(const std::string& iface);
 // The name of the interface that holds `addr` (as inet_ntop writes it).
 Result<std::string> interface_with_address(const std::string& addr);
+// A TCP port free on this machine right now (MASTER_PORT).
+Result<int> free_tcp_port();
 
 }  // namespace hvdrun

@@ -33,19 +33,6 @@ int fail(const Error& e) {
   return e.code;
 }
 
-// A TCP port free on this machine right now, for MASTER_PORT.
-Result<int> free_port() {
-  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return make_error("socket failed", exit_code::kLaunchFailed);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof a;
-  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return make_error("cannot find a free port for MASTER_PORT", exit_code::kLaunchFailed);
-  return static_cast<int>(ntohs(a.sin_port));
-}
 
 }  // namespace
 
@@ -236,10 +223,10 @@ int run_job(const LaunchOptions& opts, char** envp) {
     base.master_port = remotes[it->second]->hello().free_port;
   } else {
     base.master_addr = reach_addr;
-    auto port = free_port();
+    auto port = free_tcp_port();
     if (!port) {
       watchdog->disarm();
-      return fail(port.error());
+      return fail(make_error("cannot find a free port for MASTER_PORT: " + port.error().message, exit_code::kLaunchFailed));
     }
     base.master_port = *port;
   }

@@ -146,16 +146,6 @@ std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, std::
   return f;
 }
 
-int free_port() {
-  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  socklen_t len = sizeof a;
-  if (!s.valid() || bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return 0;
-  return ntohs(a.sin_port);
-}
 
 }  // namespace
 
@@ -171,7 +161,8 @@ int run_agent_mode() {
       if (auto i = interface_with_address(parts[2])) hello.host_iface = *i;
     }
   }
-  hello.free_port = free_port();
+  auto port = free_tcp_port();
+  hello.free_port = port ? *port : 0;
   if (!link.send(Type::kHello, encode_hello(hello))) return 1;
 
   agentwire::FrameReader reader;

@@ -61,7 +61,17 @@ HVD_API int hvd_cross_size(void);
 
 HVD_API int hvd_barrier(void);
 
-/* Collectives: blocking; in place when sendbuf == recvbuf; count == 0 is allowed. */
+/* Collectives: blocking; in place when sendbuf == recvbuf; count == 0 is allowed.
+ *
+ * Device memory (libhvdrun built with CUDA and NCCL): buffers in CUDA device or managed
+ * memory go through NCCL, one communicator per process on the device of the local rank
+ * (HVDRUN_CUDA_DEVICE overrides), made at the first such call (or in hvd_init with
+ * HVDRUN_NCCL_EAGER=1) with its unique id relayed by hvdrun. A call is ordered after work
+ * already queued on the default stream, runs on a stream the runtime owns, and returns when
+ * the result is in the buffer; synchronise work on other streams before the call. Both
+ * buffers of a call must be on the same side. Built with CUDA but without NCCL, device
+ * buffers are copied through host memory to the CPU ring. CUDA and NCCL failures return
+ * HVD_ERR_CUDA and HVD_ERR_NCCL with their text. */
 HVD_API int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
 HVD_API int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
 /* recvbuf holds size * sendcount elements, rank r's at offset r * sendcount. */

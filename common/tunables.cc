@@ -17,6 +17,9 @@ constexpr Tunable kTable[] = {
      "Seconds between SIGTERM and SIGKILL when a job is torn down (--kill-grace)."},
     {"HVDRUN_LOG_LEVEL", "warn", TunableUse::kLauncher,
      "hvdrun's log level: trace, debug, info, warn, error, critical, off (--log-level)."},
+    {"HVDRUN_HEARTBEAT_TIMEOUT", "30", TunableUse::kLauncher,
+     "Seconds of silence after which hvdrun and a remote agent take each other for gone "
+     "(heartbeats every 2 s; a network partition sends no FIN)."},
     // Worker side (libhvdrun).
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},

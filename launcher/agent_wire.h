@@ -4,8 +4,11 @@
 //   agent -> hvdrun: kHello (JSON: what the host sees of the connection), kReady,
 //                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
-//   hvdrun -> agent: kJob (JSON: cwd, kill grace, one entry per rank with argv and env),
-//                    kStart, kSignal (u8 signal)
+//   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
+//                    with argv and env), kStart, kSignal (u8 signal)
+//   both ways:       kHeartbeat, every kHeartbeatInterval once the job runs: a side that
+//                    hears nothing for the time-out takes the other for gone (a network
+//                    partition sends no FIN)
 //
 // Closing hvdrun's side (EOF on the agent's stdin) ends the workers on that host. The job
 // description, environment and secret travel only here, never on a command line.
@@ -30,7 +33,10 @@ enum class Type : uint8_t {
   kFailed = 7,
   kDone = 8,
   kSignal = 9,
+  kHeartbeat = 10,
 };
+
+inline constexpr double kHeartbeatInterval = 2.0;  // seconds
 
 inline constexpr uint32_t kMaxFrame = 64u << 20;
 

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/strings.h"
+#include "common/tunables.h"
 #include "common/unique_fd.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/server.h"
@@ -176,6 +177,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     rs.ssh.connect_timeout = opts.start_timeout;
     rs.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
     rs.start_timeout = opts.start_timeout;
+    rs.heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
     for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
     spdlog::debug("connecting to {} remote host(s)", remotes.size());
     auto errors = on_every_host(remotes, [](RemoteHost& h) { return h.connect(); });
@@ -278,6 +280,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     jobs[i].host = remote_names[i];
     jobs[i].cwd = workdir;
     jobs[i].kill_grace = opts.kill_grace;
+    jobs[i].heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
   }
   for (const auto& r : plan->ranks) {
     auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(r.host), r, r.host_index));

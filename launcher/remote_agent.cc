@@ -29,6 +29,7 @@ std::string encode_job(const AgentJob& job) {
   j["host"] = job.host;
   j["cwd"] = job.cwd;
   j["kill_grace"] = job.kill_grace;
+  j["heartbeat_timeout"] = job.heartbeat_timeout;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
   return j.dump();
@@ -41,6 +42,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.host = j.at("host").get<std::string>();
     job.cwd = j.at("cwd").get<std::string>();
     job.kill_grace = j.at("kill_grace").get<double>();
+    job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});
@@ -205,16 +207,27 @@ int run_agent_mode() {
   };
   LocalAgent agent(ao, sink, &*watchdog);
 
-  // The launcher's side: relayed signals, and EOF when it (or the connection) is gone.
-  std::thread control([&agent, &reader, pending = std::move(pending)]() mutable {
+  // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
+  // connection) is gone.
+  double silence = job->heartbeat_timeout, grace = job->kill_grace;
+  std::thread control([&agent, &reader, silence, grace, pending = std::move(pending)]() mutable {
     while (true) {
-      auto f = read_frame(reader, pending, 1e9);
+      auto f = read_frame(reader, pending, silence);
       if (!f) break;
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
     }
     agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
+    // If the agent's loop is stuck writing to a dead connection, leave the ending to the
+    // watchdog, which holds every worker's group.
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace + 2));
+    _exit(1);
   });
   control.detach();  // blocked in read(stdin) until the process exits
+  std::thread heartbeat([&link] {
+    while (link.send(Type::kHeartbeat, ""))
+      std::this_thread::sleep_for(std::chrono::duration<double>(agentwire::kHeartbeatInterval));
+  });
+  heartbeat.detach();
 
   std::vector<WorkerLaunch> launches;
   for (const auto& r : job->ranks) {

@@ -17,6 +17,7 @@ struct AgentJob {
   std::string host;  // as written in -H, for messages
   std::string cwd;
   double kill_grace = 5;
+  double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;

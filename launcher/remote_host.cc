@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.h"
@@ -102,7 +103,22 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
   bool failed_reported = false;
   std::vector<agentwire::Frame> frames = std::move(pending_);
   pending_.clear();
+  using Clock = std::chrono::steady_clock;
+  auto last_heard = Clock::now(), last_sent = Clock::now();
+  auto silence = std::chrono::duration<double>(settings_.heartbeat_timeout);
   while (true) {
+    auto now = Clock::now();
+    if (now - last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval)) {
+      (void)link_->write(agentwire::encode(Type::kHeartbeat, ""));
+      last_sent = now;
+    }
+    if (now - last_heard > silence) {
+      agent.request_teardown("hvdrun: " + link_->label() + ": no word from the agent in " +
+                                 std::to_string(static_cast<int>(settings_.heartbeat_timeout)) +
+                                 " s (HVDRUN_HEARTBEAT_TIMEOUT): the host or the network is down",
+                             exit_code::kLaunchFailed);
+      return;
+    }
     std::vector<int> sigs;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -139,6 +155,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
                              exit_code::kLaunchFailed);
       return;
     }
+    if (!bytes->empty()) last_heard = Clock::now();
     if (!bytes->empty())
       if (auto s = reader_.feed(*bytes, frames); !s) {
         agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);

@@ -22,6 +22,7 @@ struct RemoteSettings {
   SshSettings ssh;
   std::string remote_hvdrun;  // the agent's executable on the remote host
   double start_timeout = 30;
+  double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
 };
 
 class RemoteHost : public RemoteControl {

@@ -354,3 +354,24 @@ TEST(Cluster, PyTorchDdpAcrossHosts) {
     EXPECT_NE(o.out.find("[" + std::to_string(r) + "]<stdout>:rank " + std::to_string(r) + "/3 ok"), std::string::npos)
         << o.out;
 }
+
+TEST(Cluster, SilentNetworkPartitionEndsTheJobOnBothSides) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  Process p({kHvdrun, "-np", "4", "-H", "h1:2,h2:2", "--kill-grace", "1", "sh", "-c",
+             "echo $$ > " + dir + "/pid$HOROVOD_RANK; exec sleep 1000"},
+            {{"HOME", Cluster::home()}, {"HVDRUN_HEARTBEAT_TIMEOUT", "3"}});
+  ASSERT_TRUE(wait_until([&] { return !read_file(dir + "/pid3").empty() && !read_file(dir + "/pid0").empty(); }, 30));
+  pid_t remote = std::atoi(read_file(dir + "/pid3").c_str());
+  // h2's cable pulled: packets vanish, nobody sends a FIN or a reset.
+  sh("ip link set hvdv2 down");
+  auto o = p.wait(30);
+  bool gone = wait_until([&] { return !pid_alive(remote); }, 20);
+  sh("ip link set hvdv2 up");
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(o.timed_out) << "hvdrun did not notice the partition";
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: h2:22: no word from the agent in 3 s"), std::string::npos) << o.err;
+  EXPECT_TRUE(gone) << "h2's worker outlived the partition";
+  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 15)) << leftovers();
+}

@@ -23,6 +23,12 @@ down() {
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
   done
+  # Host-side veth ends: a namespace can outlive its processes while orphaned TCP sockets
+  # in it wait out their retransmissions, and with it the veth pair. Deleting our end
+  # removes the pair at once.
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^hvdv' || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
   ip link del "$BR" 2>/dev/null || true
 }
 

@@ -43,10 +43,7 @@ class Cluster : public ::testing::Environment {
     }
     dir_ = make_temp_dir();
     auto o = run({"timeout", "60", kCluster, "up", dir_, std::to_string(kHosts)}, 70);
-    if (o.exit_code != 0) {
-      skip_ = "cluster.sh up failed: " + o.err;
-      FAIL() << skip_;  // root with sshd: the cluster must come up
-    }
+    if (o.exit_code != 0) failed_ = "cluster.sh up failed: " + o.err;  // root with sshd: it must come up
     for (int i = 1; i <= kHosts; ++i) {
       std::string n = sh("ip netns exec hvdh" + std::to_string(i) + " readlink /proc/self/ns/net");
       netns_["h" + std::to_string(i)] = n.substr(0, n.find('\n'));
@@ -60,18 +57,20 @@ class Cluster : public ::testing::Environment {
     }
   }
   static const std::string& skip() { return skip_; }
+  static const std::string& failed() { return failed_; }
   static const std::string& dir() { return dir_; }
   static std::string home() { return dir_ + "/home"; }
   static const std::string& netns(const std::string& host) { return netns_[host]; }
 
  private:
-  static inline std::string skip_, dir_;
+  static inline std::string skip_, failed_, dir_;
   static inline std::map<std::string, std::string> netns_;
 };
 
 [[maybe_unused]] auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Cluster);
 
-#define REQUIRE_CLUSTER() \
+#define REQUIRE_CLUSTER()                                                                \
+  if (!Cluster::failed().empty()) FAIL() << Cluster::failed();                           \
   if (!Cluster::skip().empty()) GTEST_SKIP() << "cluster tests skipped: " << Cluster::skip()
 
 Outcome hvdrun(std::vector<std::string> args, double seconds = 90, std::map<std::string, std::string> env = {}) {

@@ -8,6 +8,7 @@
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
+#include "common/strings.h"
 #include "launcher/job.h"
 
 namespace hvdrun {
@@ -145,6 +146,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         int code = j.is_object() ? j.value("code", 0) : 0;
         if (code != 0 && !failed_reported) agent.request_teardown("", code);  // its notice said why
+        relay_stderr(sink);
         return;
       }
     }
@@ -156,12 +158,24 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       return;
     }
     if (!bytes->empty()) last_heard = Clock::now();
+    relay_stderr(sink);
     if (!bytes->empty())
       if (auto s = reader_.feed(*bytes, frames); !s) {
         agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);
         return;
       }
   }
+}
+
+// The agent's own stderr (it writes there only when something is badly wrong): whole
+// lines, as hvdrun's notices.
+void RemoteHost::relay_stderr(OutputSink& sink) {
+  std::string err = link_->stderr_text();
+  size_t end = err.rfind('\n');
+  if (end == std::string::npos || end + 1 <= stderr_shown_) return;
+  for (const auto& line : split(std::string_view(err).substr(stderr_shown_, end - stderr_shown_), '\n'))
+    if (!line.empty()) sink.notice("hvdrun: " + link_->label() + ": " + line);
+  stderr_shown_ = end + 1;
 }
 
 void RemoteHost::join() {

@@ -54,6 +54,7 @@ class RemoteHost : public RemoteControl {
   Result<agentwire::Frame> next_frame(double seconds);
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
+  void relay_stderr(OutputSink& sink);
 
   std::string host_;
   RemoteSettings settings_;
@@ -65,6 +66,7 @@ class RemoteHost : public RemoteControl {
   std::mutex mu_;
   std::vector<int> signals_;  // to send, under mu_
   std::atomic<bool> finished_{false};
+  size_t stderr_shown_ = 0;  // how much of the agent's stderr has been relayed
 };
 
 }  // namespace hvdrun

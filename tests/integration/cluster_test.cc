@@ -374,3 +374,13 @@ TEST(Cluster, SilentNetworkPartitionEndsTheJobOnBothSides) {
   EXPECT_TRUE(gone) << "h2's worker outlived the partition";
   EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 15)) << leftovers();
 }
+
+TEST(Cluster, WhatTheAgentPrintsOnStderrIsShownAsItsHosts) {
+  REQUIRE_CLUSTER();
+  std::string wrapper = Cluster::dir() + "/noisy-hvdrun";
+  std::ofstream(wrapper) << "#!/bin/sh\necho 'a note from the remote side' >&2\nexec " << kHvdrun << " --agent\n";
+  chmod(wrapper.c_str(), 0755);
+  auto o = hvdrun({"-np", "1", "-H", "h1:1", "--remote-hvdrun", wrapper, "sleep", "0.3"}, 60);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: h1:22: a note from the remote side\n"), std::string::npos) << o.err;
+}

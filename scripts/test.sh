@@ -9,11 +9,11 @@ scripts/build.sh
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
   # "process" = the real hvdrun with real workers, "gpu" = device collectives (skipped
-  # without a GPU), "cluster" = jobs across netns sshd hosts (root). ASan/UBSan runs all
-  # but gpu, TSan the in-process ones. The sanitizer builds are
+  # without a GPU), "cluster" = jobs across netns sshd hosts (root). ASan/UBSan and TSan
+  # run all but gpu. The sanitizer builds are
   # the builds without CUDA (HVDRUN_WITH_CUDA=OFF); the main build takes CUDA and NCCL when
   # they are installed: CI builds both ways.
-  for san in address:'runtime|process|cluster' thread:runtime; do
+  for san in address:'runtime|process|cluster' thread:'runtime|process|cluster'; do
     kind=${san%%:*} labels=${san#*:}
     BUILD_DIR=build-$kind BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$kind -DHVDRUN_BUILD_BENCH=OFF -DHVDRUN_WITH_CUDA=OFF
     (cd build-$kind && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2 -L "$labels")

@@ -203,8 +203,8 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   // is our terminal (the worker is in another process group and may not read the tty).
   UniqueFd relay_in, relay_out;  // relay_in: what rank 0 reads; relay_out: our write end
   bool relay_stdin = false;
-  int rank0_stdin = -1;
-  if (opts_.stdin_to_rank0 && fcntl(0, F_GETFD) >= 0) {
+  int rank0_stdin = opts_.rank0_stdin_fd;
+  if (rank0_stdin < 0 && opts_.stdin_to_rank0 && fcntl(0, F_GETFD) >= 0) {
     if (isatty(0)) {
       if (tcgetpgrp(0) == getpgrp()) {
         int p[2];

@@ -5,7 +5,8 @@
 //                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
-//                    with argv and env), kStart, kSignal (u8 signal)
+//                    with argv and env), kStart, kSignal (u8 signal), kStdin (bytes for
+//                    rank 0; empty: end of input)
 //   both ways:       kHeartbeat, every kHeartbeatInterval once the job runs: a side that
 //                    hears nothing for the time-out takes the other for gone (a network
 //                    partition sends no FIN)
@@ -34,6 +35,7 @@ enum class Type : uint8_t {
   kDone = 8,
   kSignal = 9,
   kHeartbeat = 10,
+  kStdin = 11,
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds

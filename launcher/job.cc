@@ -3,10 +3,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 
 #include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -276,6 +280,14 @@ int run_job(const LaunchOptions& opts, char** envp) {
   std::vector<AgentJob> jobs(remotes.size());
   char cwd[4096];
   std::string workdir = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
+  // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
+  RemoteHost* stdin_host = nullptr;
+  if (auto it = remote_index.find(rank0_host); it != remote_index.end() && fcntl(0, F_GETFD) >= 0 &&
+                                               (!isatty(0) || tcgetpgrp(0) == getpgrp())) {
+    stdin_host = remotes[it->second].get();
+    jobs[it->second].stdin_to_rank0 = true;
+  }
   for (size_t i = 0; i < remotes.size(); ++i) {
     jobs[i].host = remote_names[i];
     jobs[i].cwd = workdir;
@@ -318,8 +330,36 @@ int run_job(const LaunchOptions& opts, char** envp) {
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
   for (auto& r : remotes) r->start(agent, **sink);
+  // The pump may outlive the job (blocked in read(0)): it reaches the host only through
+  // this, which is cleared before the hosts go away.
+  struct StdinTarget {
+    std::mutex mu;
+    RemoteHost* host = nullptr;
+    void send(std::string data) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (host) host->send_stdin(std::move(data));
+    }
+  };
+  auto stdin_target = std::make_shared<StdinTarget>();
+  if (stdin_host) {
+    stdin_target->host = stdin_host;
+    std::thread([stdin_target] {
+      char buf[65536];
+      while (true) {
+        ssize_t n = ::read(0, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        stdin_target->send(std::string(buf, static_cast<size_t>(n)));
+      }
+      stdin_target->send("");
+    }).detach();
+  }
   AgentResult res = agent.run(std::move(launches));
   for (auto& r : remotes) r->join();
+  {
+    std::lock_guard<std::mutex> lk(stdin_target->mu);
+    stdin_target->host = nullptr;
+  }
   remotes.clear();
   server->reset();
   watchdog->disarm();

@@ -7,7 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -30,6 +34,7 @@ std::string encode_job(const AgentJob& job) {
   j["cwd"] = job.cwd;
   j["kill_grace"] = job.kill_grace;
   j["heartbeat_timeout"] = job.heartbeat_timeout;
+  j["stdin"] = job.stdin_to_rank0;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
   return j.dump();
@@ -43,6 +48,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.cwd = j.at("cwd").get<std::string>();
     job.kill_grace = j.at("kill_grace").get<double>();
     job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
+    job.stdin_to_rank0 = j.at("stdin").get<bool>();
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});
@@ -151,6 +157,53 @@ std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, std::
 
 }  // namespace
 
+// Rank 0's stdin on this host: a pipe, written by a thread of its own so that a rank that
+// does not read never stalls the frames from hvdrun (heartbeats among them).
+class StdinRelay {
+ public:
+  StdinRelay() {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    rd_.reset(p[0]);
+    wr_.reset(p[1]);
+    thread_ = std::thread([this] { run(); });
+    thread_.detach();
+  }
+  int read_end() const { return rd_.get(); }
+  void close_read_end() { rd_.reset(); }
+  void push(std::string data) {  // empty: end of input
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(data));
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    while (true) {
+      std::string data;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] { return !queue_.empty(); });
+        data = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (data.empty()) break;
+      for (size_t off = 0; off < data.size();) {
+        ssize_t n = ::write(wr_.get(), data.data() + off, data.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;  // rank 0 closed its stdin: drop the rest
+        off += static_cast<size_t>(n);
+      }
+    }
+    wr_.reset();
+  }
+  UniqueFd rd_, wr_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  std::thread thread_;
+};
+
 int run_agent_mode() {
   LauncherLink link;
   AgentHello hello;
@@ -202,6 +255,9 @@ int run_agent_mode() {
   AgentOptions ao;
   ao.kill_grace = job->kill_grace;
   ao.stdin_to_rank0 = false;
+  // Never destroyed: its thread may still be blocked writing when the agent exits.
+  StdinRelay* stdin_relay = job->stdin_to_rank0 ? new StdinRelay() : nullptr;
+  if (stdin_relay) ao.rank0_stdin_fd = stdin_relay->read_end();
   ao.on_failure = [&link](int rank, const std::string&, int status) {
     link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
   };
@@ -210,11 +266,12 @@ int run_agent_mode() {
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
   // connection) is gone.
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
-  std::thread control([&agent, &reader, silence, grace, pending = std::move(pending)]() mutable {
+  std::thread control([&agent, &reader, silence, grace, stdin_relay, pending = std::move(pending)]() mutable {
     while (true) {
       auto f = read_frame(reader, pending, silence);
       if (!f) break;
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
+      if (f->type == Type::kStdin && stdin_relay) stdin_relay->push(std::move(f->payload));
     }
     agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
     // If the agent's loop is stuck writing to a dead connection, leave the ending to the

@@ -18,6 +18,7 @@ struct AgentJob {
   std::string cwd;
   double kill_grace = 5;
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
+  bool stdin_to_rank0 = false;    // rank 0 is here and hvdrun relays its stdin (kStdin)
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;

@@ -125,6 +125,14 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       std::lock_guard<std::mutex> lk(mu_);
       sigs.swap(signals_);
     }
+    std::deque<std::string> input;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      input.swap(stdin_);
+      stdin_bytes_ = 0;
+    }
+    stdin_cv_.notify_all();
+    for (auto& chunk : input) (void)link_->write(agentwire::encode(Type::kStdin, chunk));
     for (int sig : sigs) {
       char c = static_cast<char>(sig);
       (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
@@ -183,6 +191,13 @@ void RemoteHost::join() {
 }
 
 void RemoteHost::close() { link_.reset(); }
+
+void RemoteHost::send_stdin(std::string data) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (stdin_bytes_ >= (4u << 20) && !finished_) stdin_cv_.wait_for(lk, std::chrono::milliseconds(200));
+  stdin_bytes_ += data.size();
+  stdin_.push_back(std::move(data));
+}
 
 void RemoteHost::signal(int sig) {
   std::lock_guard<std::mutex> lk(mu_);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +49,10 @@ class RemoteHost : public RemoteControl {
   // workers.
   void close();
 
+  // Bytes of hvdrun's stdin for rank 0 on this host ("" ends it). Blocks while more than
+  // a few MiB wait to be sent.
+  void send_stdin(std::string data);
+
   void signal(int sig) override;
   bool finished() const override { return finished_.load(); }
 
@@ -65,6 +71,9 @@ class RemoteHost : public RemoteControl {
   std::thread thread_;
   std::mutex mu_;
   std::vector<int> signals_;  // to send, under mu_
+  std::deque<std::string> stdin_;  // to send, under mu_
+  size_t stdin_bytes_ = 0;
+  std::condition_variable stdin_cv_;
   std::atomic<bool> finished_{false};
   size_t stderr_shown_ = 0;  // how much of the agent's stderr has been relayed
 };

@@ -384,3 +384,16 @@ TEST(Cluster, WhatTheAgentPrintsOnStderrIsShownAsItsHosts) {
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_NE(o.err.find("hvdrun: h1:22: a note from the remote side\n"), std::string::npos) << o.err;
 }
+
+TEST(Cluster, StdinReachesARemoteRankZero) {
+  REQUIRE_CLUSTER();
+  std::string input = "first line\nsecond line\n";
+  for (int i = 0; i < 2000; ++i) input += "bulk " + std::to_string(i) + "\n";  // more than a pipe holds
+  auto o = run({kHvdrun, "-np", "2", "-H", "h1:1,h2:1", "sh", "-c",
+                "if [ $HOROVOD_RANK = 0 ]; then wc -l; else cat; echo rank1 read nothing; fi"},
+               60, {{"HOME", Cluster::home()}}, &input);
+  ASSERT_FALSE(o.timed_out) << "stdin's end did not reach rank 0";
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:2002\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:rank1 read nothing\n"), std::string::npos) << o.out;
+}

@@ -22,6 +22,7 @@
 #include "rendezvous/auth.h"
 #include "rendezvous/server.h"
 #include "common/net.h"
+#include "launcher/addressing.h"
 #include "launcher/agent.h"
 #include "launcher/local_host.h"
 #include "launcher/remote_host.h"
@@ -191,44 +192,20 @@ int run_job(const LaunchOptions& opts, char** envp) {
     }
   }
 
-  // Addresses, without guessing: --network-interface's, else the address this machine has
-  // on the SSH connections (as the hosts saw it), else loopback for a local job.
-  std::string reach_addr = "127.0.0.1", bind_addr = "127.0.0.1";
-  if (!iface_addr.empty()) {
-    reach_addr = bind_addr = iface_addr;
-  } else if (!remotes.empty()) {
-    reach_addr = remotes[0]->hello().launcher_addr;
-    bind_addr = reach_addr;
-    for (auto& r : remotes)
-      if (r->hello().launcher_addr != reach_addr) bind_addr = "0.0.0.0";  // hosts reach us on several addresses
-    if (reach_addr.empty()) {
-      watchdog->disarm();
-      return fail(make_error("cannot tell which address of this machine " + remote_names[0] +
-                                 " reaches; pass --network-interface",
-                             exit_code::kLaunchFailed));
-    }
+  std::vector<RemoteView> views;
+  for (auto& r : remotes) views.push_back({r->host(), r->hello()});
+  auto addressing = plan_addressing(opts.network_interface, iface_addr, views, plan->ranks[0].host,
+                                    [](const std::string& addr) {
+                                      auto i = interface_with_address(addr);
+                                      return i ? *i : std::string();
+                                    });
+  if (!addressing) {
+    watchdog->disarm();
+    return fail(addressing.error());
   }
-  std::string local_iface = base.iface;
-  if (local_iface.empty() && !remotes.empty())
-    if (auto i = interface_with_address(reach_addr)) local_iface = *i;
-  auto env_of_host = [&](const std::string& host) {
-    JobEnv e = base;
-    if (auto it = remote_index.find(host); it != remote_index.end()) {
-      const AgentHello& h = remotes[it->second]->hello();
-      e.rendezvous_addr = iface_addr.empty() ? h.launcher_addr : iface_addr;
-      if (e.iface.empty()) e.iface = h.host_iface;
-    } else {
-      e.rendezvous_addr = reach_addr;
-      e.iface = local_iface;
-    }
-    return e;
-  };
-  const std::string& rank0_host = plan->ranks[0].host;
-  if (auto it = remote_index.find(rank0_host); it != remote_index.end()) {
-    base.master_addr = remotes[it->second]->hello().host_addr;
-    base.master_port = remotes[it->second]->hello().free_port;
-  } else {
-    base.master_addr = reach_addr;
+  base.master_addr = addressing->master_addr;
+  base.master_port = addressing->master_port;
+  if (base.master_port == 0) {
     auto port = free_tcp_port();
     if (!port) {
       watchdog->disarm();
@@ -236,6 +213,15 @@ int run_job(const LaunchOptions& opts, char** envp) {
     }
     base.master_port = *port;
   }
+  auto env_of_host = [&](const std::string& host) {
+    JobEnv e = base;
+    auto it = addressing->remote.find(host);
+    const HostAddressing& h = it != addressing->remote.end() ? it->second : addressing->local;
+    e.rendezvous_addr = h.rendezvous_addr;
+    e.iface = h.iface;
+    return e;
+  };
+  const std::string& rank0_host = plan->ranks[0].host;
 
   std::vector<int> rank_ids;
   for (const auto& r : plan->ranks) rank_ids.push_back(r.rank);
@@ -254,7 +240,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   LocalAgent agent(ao, **sink, &*watchdog);
 
   rdv::ServerOptions so;
-  so.bind_address = bind_addr;
+  so.bind_address = addressing->bind_addr;
   so.port = opts.rendezvous_port;
   so.secret = secret;
   so.start_timeout = opts.start_timeout;
@@ -274,7 +260,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     return fail(server.error());
   }
   base.rendezvous_port = (*server)->port();
-  spdlog::debug("rendezvous listening on {}:{}", bind_addr, base.rendezvous_port);
+  spdlog::debug("rendezvous listening on {}:{}", addressing->bind_addr, base.rendezvous_port);
 
   std::vector<WorkerLaunch> launches;
   std::vector<AgentJob> jobs(remotes.size());

@@ -9,6 +9,7 @@
 #include "common/deadline.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
+#include "hvdrun_version.h"
 #include "launcher/job.h"
 
 namespace hvdrun {
@@ -35,6 +36,10 @@ Status RemoteHost::connect() {
   auto h = decode_hello(f->payload);
   if (!h) return make_error(link_->label() + ": " + h.error().message);
   hello_ = *h;
+  if (hello_.version != HVDRUN_VERSION_STRING)
+    return make_error(link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
+                          ", this one " + HVDRUN_VERSION_STRING + "; install the same version on every host",
+                      exit_code::kLaunchFailed);
   if (hello_.launcher_addr.empty()) hello_.launcher_addr = link_->local_address();
   return {};
 }

@@ -397,3 +397,18 @@ TEST(Cluster, StdinReachesARemoteRankZero) {
   EXPECT_NE(o.out.find("[0]<stdout>:2002\n"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("[1]<stdout>:rank1 read nothing\n"), std::string::npos) << o.out;
 }
+
+TEST(Cluster, AnotherVersionOfHvdrunOnAHostIsRefused) {
+  REQUIRE_CLUSTER();
+  // A stand-in agent that says hello as version 0.0.1: a frame of its own making.
+  std::string fake = Cluster::dir() + "/old-hvdrun";
+  std::ofstream(fake) << "#!/usr/bin/env python3\nimport json, struct, sys\n"
+                         "p = json.dumps({'launcher_addr': '10.250.0.1', 'host_addr': '10.250.0.11', 'host_iface': 'eth0',"
+                         " 'free_port': 1, 'version': '0.0.1'}).encode()\n"
+                         "sys.stdout.buffer.write(struct.pack('>IB', len(p) + 1, 1) + p)\nsys.stdout.flush()\n"
+                         "sys.stdin.read()\n";
+  chmod(fake.c_str(), 0755);
+  auto o = hvdrun({"-np", "1", "-H", "h1:1", "--remote-hvdrun", fake, "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h1:22: remote hvdrun " + fake + " is version 0.0.1"), std::string::npos) << o.err;
+}

@@ -126,13 +126,10 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       return;
     }
     std::vector<int> sigs;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      sigs.swap(signals_);
-    }
     std::deque<std::string> input;
     {
       std::lock_guard<std::mutex> lk(mu_);
+      sigs.swap(signals_);
       input.swap(stdin_);
       stdin_bytes_ = 0;
     }

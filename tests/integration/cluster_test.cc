@@ -412,3 +412,17 @@ TEST(Cluster, AnotherVersionOfHvdrunOnAHostIsRefused) {
   EXPECT_EQ(o.exit_code, 3);
   EXPECT_NE(o.err.find("hvdrun: h1:22: remote hvdrun " + fake + " is version 0.0.1"), std::string::npos) << o.err;
 }
+
+TEST(Cluster, HostFileAndOutputFilesWorkForRemoteRanks) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  std::ofstream(dir + "/hosts") << "# two test hosts\nh1 slots=1\nh2 slots=2\n";
+  auto o = hvdrun({"--hostfile", dir + "/hosts", "--output-filename", dir + "/out", "sh", "-c",
+                   "echo out of $HOROVOD_RANK; echo err of $HOROVOD_RANK >&2"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(read_file(dir + "/out/rank." + std::to_string(r) + "/stdout"), "out of " + std::to_string(r) + "\n");
+    EXPECT_EQ(read_file(dir + "/out/rank." + std::to_string(r) + "/stderr"), "err of " + std::to_string(r) + "\n");
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -98,20 +98,23 @@ std::string ssh_dir() {
   return std::string(home) + "/.ssh";
 }
 
-// Runs fn(host) for every remote host at once; the errors, one line each.
+// Runs fn(i, host) for every remote host at once; the errors, one line each.
 template <class Fn>
 std::vector<Error> on_every_host(std::vector<std::unique_ptr<RemoteHost>>& hosts, Fn fn) {
   std::vector<std::future<Status>> futures;
-  for (auto& h : hosts) futures.push_back(std::async(std::launch::async, [&h, &fn] { return fn(*h); }));
+  for (size_t i = 0; i < hosts.size(); ++i)
+    futures.push_back(std::async(std::launch::async, [&hosts, &fn, i] { return fn(i, *hosts[i]); }));
   std::vector<Error> errors;
   for (auto& f : futures)
     if (auto s = f.get(); !s) errors.push_back(s.error());
   return errors;
 }
 
-int fail_all(const std::vector<Error>& errors, const char* what) {
+// One line per failed host, then the count ("2 of 8 remote host(s) <what>").
+int fail_all(const std::vector<Error>& errors, size_t hosts, const std::string& what) {
   for (const auto& e : errors) std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
-  std::fprintf(stderr, "hvdrun: %s; nothing was started on any host\n", what);
+  std::fprintf(stderr, "hvdrun: %zu of %zu remote host(s) %s; nothing was started on any host\n", errors.size(), hosts,
+               what.c_str());
   return errors.front().code > 0 && errors.front().code != 1 ? errors.front().code : exit_code::kLaunchFailed;
 }
 
@@ -168,6 +171,11 @@ int run_job(const LaunchOptions& opts, char** envp) {
   // The watchdog is forked before any thread or connection of ours exists.
   auto watchdog = Watchdog::start(opts.kill_grace);
   if (!watchdog) return fail(watchdog.error());
+  // Every way out of here has ended every worker group first: the watchdog stands down.
+  struct Disarm {
+    Watchdog& w;
+    ~Disarm() { w.disarm(); }
+  } disarm_on_return{*watchdog};
 
   // Every remote host connected, authenticated and its agent started, all at once, before
   // anything starts anywhere.
@@ -185,11 +193,8 @@ int run_job(const LaunchOptions& opts, char** envp) {
     rs.heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
     for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
     spdlog::debug("connecting to {} remote host(s)", remotes.size());
-    auto errors = on_every_host(remotes, [](RemoteHost& h) { return h.connect(); });
-    if (!errors.empty()) {
-      watchdog->disarm();
-      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(remotes.size()) + " remote host(s) failed to connect").c_str());
-    }
+    auto errors = on_every_host(remotes, [](size_t, RemoteHost& h) { return h.connect(); });
+    if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
   }
 
   std::vector<RemoteView> views;
@@ -199,18 +204,13 @@ int run_job(const LaunchOptions& opts, char** envp) {
                                       auto i = interface_with_address(addr);
                                       return i ? *i : std::string();
                                     });
-  if (!addressing) {
-    watchdog->disarm();
-    return fail(addressing.error());
-  }
+  if (!addressing) return fail(addressing.error());
   base.master_addr = addressing->master_addr;
   base.master_port = addressing->master_port;
   if (base.master_port == 0) {
     auto port = free_tcp_port();
-    if (!port) {
-      watchdog->disarm();
+    if (!port)
       return fail(make_error("cannot find a free port for MASTER_PORT: " + port.error().message, exit_code::kLaunchFailed));
-    }
     base.master_port = *port;
   }
   auto env_of_host = [&](const std::string& host) {
@@ -230,10 +230,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   oo.output_dir = opts.output_dir;
   oo.timestamps = opts.timestamps;
   auto sink = TaggedOutput::create(oo, rank_ids);
-  if (!sink) {
-    watchdog->disarm();
-    return fail(sink.error());
-  }
+  if (!sink) return fail(sink.error());
   ScopedJobLogger job_logger(**sink);  // hvdrun's log lines queue behind the workers' output
   AgentOptions ao;
   ao.kill_grace = opts.kill_grace;
@@ -255,10 +252,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     agent.request_teardown(message, exit_code::kStartTimeout);
   };
   auto server = rdv::Server::start(so, cb);
-  if (!server) {
-    watchdog->disarm();
-    return fail(server.error());
-  }
+  if (!server) return fail(server.error());
   base.rendezvous_port = (*server)->port();
   spdlog::debug("rendezvous listening on {}:{}", addressing->bind_addr, base.rendezvous_port);
 
@@ -295,18 +289,12 @@ int run_job(const LaunchOptions& opts, char** envp) {
     launches.push_back(std::move(l));
   }
   if (!remotes.empty()) {
-    std::vector<std::future<Status>> prepared;
-    for (size_t i = 0; i < remotes.size(); ++i)
-      prepared.push_back(std::async(std::launch::async, [&, i] { return remotes[i]->prepare(jobs[i]); }));
-    std::vector<Error> errors;
-    for (auto& f : prepared)
-      if (auto s = f.get(); !s) errors.push_back(s.error());
+    auto errors = on_every_host(remotes, [&jobs](size_t i, RemoteHost& h) { return h.prepare(jobs[i]); });
     if (!errors.empty()) {
       size_t n = remotes.size();
       remotes.clear();  // agents that saw no start exit at the EOF
       server->reset();
-      watchdog->disarm();
-      return fail_all(errors, (std::to_string(errors.size()) + " of " + std::to_string(n) + " remote host(s) cannot run the job").c_str());
+      return fail_all(errors, n, "cannot run the job");
     }
   }
   spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", plan->ranks.size(),
@@ -348,7 +336,6 @@ int run_job(const LaunchOptions& opts, char** envp) {
   }
   remotes.clear();
   server->reset();
-  watchdog->disarm();
   return res.exit_code;
 }
 

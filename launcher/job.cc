@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/deadline.h"
 #include "common/strings.h"
 #include "common/tunables.h"
 #include "common/unique_fd.h"
@@ -187,13 +188,13 @@ int run_job(const LaunchOptions& opts, char** envp) {
     rs.ssh.host_key_policy = *policy;
     rs.ssh.ssh_dir = ssh_dir();
     rs.ssh.ssh_command = opts.ssh_command;
-    rs.ssh.connect_timeout = opts.start_timeout;
     rs.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
     rs.start_timeout = opts.start_timeout;
     rs.heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
     for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
     spdlog::debug("connecting to {} remote host(s)", remotes.size());
-    auto errors = on_every_host(remotes, [](size_t, RemoteHost& h) { return h.connect(); });
+    auto deadline = deadline_in(opts.start_timeout);
+    auto errors = on_every_host(remotes, [deadline](size_t, RemoteHost& h) { return h.connect(deadline); });
     if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
   }
 

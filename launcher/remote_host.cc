@@ -24,13 +24,14 @@ RemoteHost::~RemoteHost() {
   close();
 }
 
-Status RemoteHost::connect() {
+Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   std::string command = "exec " + shell_quote(settings_.remote_hvdrun) + " --agent";
-  auto link = settings_.ssh.ssh_command.empty() ? open_ssh_link(host_, settings_.ssh, command)
-                                                : open_command_link(host_, settings_.ssh, command);
+  SshSettings ssh = settings_.ssh;
+  ssh.connect_timeout = std::max(0.001, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
+  auto link = ssh.ssh_command.empty() ? open_ssh_link(host_, ssh, command) : open_command_link(host_, ssh, command);
   if (!link) return link.error();
   link_ = std::move(*link);
-  auto f = next_frame(settings_.start_timeout);
+  auto f = next_frame(deadline);
   if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
   if (f->type != Type::kHello) return make_error(link_->label() + ": unexpected first message from the agent");
   auto h = decode_hello(f->payload);
@@ -61,13 +62,12 @@ std::string RemoteHost::describe_exit(const std::string& what) {
   return msg;
 }
 
-Result<agentwire::Frame> RemoteHost::next_frame(double seconds) {
-  auto deadline = deadline_in(seconds);
+Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_point deadline) {
   while (pending_.empty()) {
     int ms = ms_until(deadline);
     if (ms <= 0)
-      return make_error(link_->label() + ": the agent did not answer within " + std::to_string(static_cast<int>(seconds)) +
-                            " s (--start-timeout)",
+      return make_error(link_->label() + ": no answer from the agent within --start-timeout (" +
+                            std::to_string(static_cast<int>(settings_.start_timeout)) + " s)",
                         ETIMEDOUT);
     auto bytes = link_->read(std::min(ms, 200));
     if (!bytes) return bytes.error();
@@ -81,7 +81,7 @@ Result<agentwire::Frame> RemoteHost::next_frame(double seconds) {
 
 Status RemoteHost::prepare(const AgentJob& job) {
   if (auto s = link_->write(agentwire::encode(Type::kJob, encode_job(job))); !s) return s;
-  auto f = next_frame(settings_.start_timeout);
+  auto f = next_frame(deadline_in(settings_.start_timeout));
   if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {

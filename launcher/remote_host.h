@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -32,9 +33,9 @@ class RemoteHost : public RemoteControl {
   RemoteHost(std::string host, RemoteSettings settings);
   ~RemoteHost() override;
 
-  // Connects, authenticates and starts the agent; waits for its hello. One-line errors
-  // that name the host.
-  Status connect();
+  // Connects, authenticates and starts the agent; waits for its hello, all by `deadline`
+  // (the start time-out). One-line errors that name the host.
+  Status connect(std::chrono::steady_clock::time_point deadline);
   const AgentHello& hello() const { return hello_; }
   const std::string& host() const { return host_; }
   std::string local_address() const { return link_ ? link_->local_address() : ""; }
@@ -57,7 +58,7 @@ class RemoteHost : public RemoteControl {
   bool finished() const override { return finished_.load(); }
 
  private:
-  Result<agentwire::Frame> next_frame(double seconds);
+  Result<agentwire::Frame> next_frame(std::chrono::steady_clock::time_point deadline);
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);

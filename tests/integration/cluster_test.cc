@@ -426,3 +426,18 @@ TEST(Cluster, HostFileAndOutputFilesWorkForRemoteRanks) {
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST(Cluster, AHostThatNeverAnswersFailsWithinTheStartTimeout) {
+  REQUIRE_CLUSTER();
+  // h4's sshd frozen: the kernel accepts the connection, nobody speaks.
+  std::string pid = read_file(Cluster::dir() + "/h4/sshd.pid");
+  pid = pid.substr(0, pid.find('\n'));
+  sh("kill -STOP " + pid);
+  auto start = std::chrono::steady_clock::now();
+  auto o = hvdrun({"-np", "2", "-H", "h1:1,h4:1", "--start-timeout", "2", "true"}, 60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  sh("kill -CONT " + pid);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_NE(o.err.find("hvdrun: h4:22: connection timed out"), std::string::npos) << o.err;
+  EXPECT_LT(took, 20) << "the start time-out was not kept";  // a bound on a hang, not a speed test
+}

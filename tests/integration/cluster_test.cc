@@ -441,3 +441,20 @@ TEST(Cluster, AHostThatNeverAnswersFailsWithinTheStartTimeout) {
   EXPECT_NE(o.err.find("hvdrun: h4:22: connection timed out"), std::string::npos) << o.err;
   EXPECT_LT(took, 20) << "the start time-out was not kept";  // a bound on a hang, not a speed test
 }
+
+TEST(Cluster, KeysFromTheSshAgent) {
+  REQUIRE_CLUSTER();
+  // A home with no key files at all: only the agent holds the key.
+  std::string home = Cluster::dir() + "/home3", sock = Cluster::dir() + "/agent.sock";
+  sh("rm -rf " + home + " " + sock + "; mkdir -p " + home + "/.ssh; printf 'Host node-c\\n  HostName 10.250.0.12\\n  User root\\n' > " +
+     home + "/.ssh/config");
+  Process agent({"ssh-agent", "-D", "-a", sock});
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(sock); }, 10));
+  auto added = run({"ssh-add", Cluster::home() + "/.ssh/id_ed25519"}, 30, {{"SSH_AUTH_SOCK", sock}});
+  ASSERT_EQ(added.exit_code, 0) << added.err;
+  auto o = run({kHvdrun, "-np", "1", "-H", "node-c:1", "true"}, 60, {{"HOME", home}, {"SSH_AUTH_SOCK", sock}});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto without = run({kHvdrun, "-np", "1", "-H", "node-c:1", "true"}, 60, {{"HOME", home}, {"SSH_AUTH_SOCK", ""}});
+  EXPECT_EQ(without.exit_code, 3);
+  EXPECT_NE(without.err.find("hvdrun: node-c:22: authentication failed (publickey)"), std::string::npos) << without.err;
+}

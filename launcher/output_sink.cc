@@ -76,7 +76,7 @@ Result<std::unique_ptr<TaggedOutput>> TaggedOutput::create(const TaggedOutputOpt
                               std::strerror(errno),
                           2);
     }
-    sink->files_.emplace_back(r, std::move(fds));
+    sink->files_.emplace(r, std::move(fds));
   }
   return sink;
 }
@@ -91,12 +91,7 @@ void TaggedOutput::write_lines(int rank, StreamKind stream, std::string_view lin
     tagged.append(line);
   });
   (stream == StreamKind::kStdout ? out_ : err_).write(std::move(tagged));
-  for (auto& [r, fds] : files_) {
-    if (r == rank) {
-      write_all(fds[static_cast<int>(stream)].get(), lines);
-      break;
-    }
-  }
+  if (auto it = files_.find(rank); it != files_.end()) write_all(it->second[static_cast<int>(stream)].get(), lines);
 }
 
 bool TaggedOutput::congested() const { return out_.backlog() + err_.backlog() > kHighWater; }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -56,7 +57,7 @@ class TaggedOutput : public OutputSink {
 
   TaggedOutputOptions opts_;
   AsyncWriter out_, err_;
-  std::vector<std::pair<int, std::array<UniqueFd, 2>>> files_;  // rank -> {stdout, stderr}
+  std::unordered_map<int, std::array<UniqueFd, 2>> files_;  // rank -> {stdout, stderr}
 };
 
 }  // namespace hvdrun

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -205,6 +206,11 @@ class StdinRelay {
 };
 
 int run_agent_mode() {
+  if (isatty(1) || isatty(0)) {
+    std::fprintf(stderr, "hvdrun: --agent is what hvdrun starts on remote hosts over SSH; it speaks a binary "
+                         "protocol on stdin/stdout and is not for a terminal\n");
+    return 2;
+  }
   LauncherLink link;
   AgentHello hello;
   hello.version = HVDRUN_VERSION_STRING;

@@ -62,3 +62,20 @@ Status read_exact(int fd, void* buf, size_t len, std::chrono::steady_clock::time
 }
 
 }  // namespace hvdrun
+
+namespace hvdrun {
+
+Status write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      return make_error(std::strerror(err), err);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace hvdrun

@@ -1,10 +1,11 @@
 // Exact reads and writes on a non-blocking socket, each bounded by a deadline: the one
 // place that loops over partial I/O, EINTR, EAGAIN and poll for the rendezvous client and
-// the data-plane handshake.
+// the data-plane handshake; and write_all for blocking pipes and files.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <string_view>
 
 #include <sys/socket.h>
 
@@ -24,6 +25,10 @@ int ms_until(std::chrono::steady_clock::time_point deadline);
 Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline);
 
 Status write_exact(int fd, const void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
+
+// All of `data` to a blocking fd (a pipe or a file), retrying partial writes and EINTR.
+// The error carries errno (EPIPE when the reader is gone; SIGPIPE must be ignored).
+Status write_all(int fd, std::string_view data);
 Status read_exact(int fd, void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
 
 }  // namespace hvdrun

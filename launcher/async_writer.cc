@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "common/socket_io.h"
+
 namespace hvdrun {
 
 AsyncWriter::AsyncWriter(int fd) : fd_(fd) {}
@@ -59,17 +61,7 @@ void AsyncWriter::run() {
     queue_.clear();
     busy_ = true;
     lk.unlock();
-    size_t off = 0;
-    bool failed = false;
-    while (off < batch.size()) {
-      ssize_t n = ::write(fd_, batch.data() + off, batch.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        failed = true;
-        break;
-      }
-      off += static_cast<size_t>(n);
-    }
+    bool failed = !write_all(fd_, batch);
     lk.lock();
     busy_ = false;
     queued_bytes_ -= batch.size();

@@ -239,13 +239,8 @@ class CommandLink : public HostLink {
   const std::string& label() const override { return label_; }
 
   Status write(std::string_view data) override {
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(in_.get(), data.data() + off, data.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return make_error(label_ + ": connection lost (the ssh client's stdin: " + std::strerror(errno) + ")");
-      off += static_cast<size_t>(n);
-    }
+    if (auto s = write_all(in_.get(), data); !s)
+      return make_error(label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
     return {};
   }
 

@@ -10,23 +10,13 @@
 #include <ctime>
 #include <filesystem>
 
+#include "common/socket_io.h"
 #include "launcher/line_splitter.h"
 
 namespace hvdrun {
 namespace {
 
 constexpr size_t kHighWater = 64u << 20;
-
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 }  // namespace
 
@@ -91,7 +81,7 @@ void TaggedOutput::write_lines(int rank, StreamKind stream, std::string_view lin
     tagged.append(line);
   });
   (stream == StreamKind::kStdout ? out_ : err_).write(std::move(tagged));
-  if (auto it = files_.find(rank); it != files_.end()) write_all(it->second[static_cast<int>(stream)].get(), lines);
+  if (auto it = files_.find(rank); it != files_.end()) (void)write_all(it->second[static_cast<int>(stream)].get(), lines);
 }
 
 bool TaggedOutput::congested() const { return out_.backlog() + err_.backlog() > kHighWater; }

@@ -92,23 +92,11 @@ class LauncherLink {
   bool send(const std::string& frame) {
     std::lock_guard<std::mutex> lk(mu_);
     if (broken_) return false;
-    size_t off = 0;
-    while (off < frame.size()) {  // stdout is a pipe (sshd's): blocking writes pace us
-      ssize_t n = ::write(1, frame.data() + off, frame.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        broken_ = true;  // EPIPE: the launcher's side is gone (SIGPIPE is ignored)
-        break;
-      }
-      off += static_cast<size_t>(n);
-    }
+    // stdout is sshd's pipe: blocking writes pace us. EPIPE: the launcher's side is gone.
+    if (!write_all(1, frame)) broken_ = true;
     return !broken_;
   }
   bool send(Type t, std::string_view payload) { return send(agentwire::encode(t, payload)); }
-  bool broken() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return broken_;
-  }
 
  private:
   std::mutex mu_;

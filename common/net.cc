@@ -12,52 +12,54 @@
 
 namespace hvdrun {
 
-Result<std::string> interface_address(const std::string& iface) {
+std::string address_string(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+std::string socket_local_address(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "";
+  return address_string(reinterpret_cast<const sockaddr*>(&sa));
+}
+
+Result<std::vector<InterfaceAddress>> interface_addresses() {
   ifaddrs* ifs = nullptr;
   if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
-  std::string v4, v6;
+  std::vector<InterfaceAddress> out;
   for (ifaddrs* i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || iface != i->ifa_name) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-      v4 = buf;
-    } else if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
-      v6 = buf;
-    }
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    out.push_back({i->ifa_name, address_string(i->ifa_addr), i->ifa_addr->sa_family == AF_INET6});
   }
   freeifaddrs(ifs);
-  if (!v4.empty()) return v4;
+  return out;
+}
+
+Result<std::string> interface_address(const std::string& iface) {
+  auto all = interface_addresses();
+  if (!all) return all.error();
+  std::string v6;
+  for (const auto& a : *all) {
+    if (a.iface != iface) continue;
+    if (!a.v6) return a.addr;
+    if (v6.empty()) v6 = a.addr;
+  }
   if (!v6.empty()) return v6;
   return make_error("network interface '" + iface + "' has no IP address (or does not exist)");
 }
 
-}  // namespace hvdrun
-
-namespace hvdrun {
-
 Result<std::string> interface_with_address(const std::string& addr) {
-  ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
-  std::string found;
-  for (ifaddrs* i = ifs; i && found.empty(); i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (i->ifa_addr->sa_family == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-    else if (i->ifa_addr->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
-    if (addr == buf) found = i->ifa_name;
-  }
-  freeifaddrs(ifs);
-  if (found.empty()) return make_error("no network interface has the address " + addr);
-  return found;
+  auto all = interface_addresses();
+  if (!all) return all.error();
+  for (const auto& a : *all)
+    if (a.addr == addr) return a.iface;
+  return make_error("no network interface has the address " + addr);
 }
-
-}  // namespace hvdrun
-
-namespace hvdrun {
 
 Result<int> free_tcp_port() {
   UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));

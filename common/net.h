@@ -1,11 +1,26 @@
 // Network facts of this machine.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
 namespace hvdrun {
+
+// An IPv4 or IPv6 address as inet_ntop writes it; "" for another family.
+std::string address_string(const sockaddr* sa);
+// This side's address of a connected socket; "" when unknown.
+std::string socket_local_address(int fd);
+
+struct InterfaceAddress {
+  std::string iface, addr;
+  bool v6 = false;
+};
+// Every IP address of this machine's interfaces, in getifaddrs order.
+Result<std::vector<InterfaceAddress>> interface_addresses();
 
 // The first IPv4 (else IPv6) address of a network interface.
 Result<std::string> interface_address(const std::string& iface);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/net.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
@@ -124,15 +125,7 @@ class SshLink : public HostLink {
     return st;
   }
 
-  std::string local_address() const override {
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (getsockname(ssh_get_fd(session_.get()), reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
-    if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof buf);
-    if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, buf, sizeof buf);
-    return buf;
-  }
+  std::string local_address() const override { return socket_local_address(ssh_get_fd(session_.get())); }
 
  private:
   void drain_stderr() {

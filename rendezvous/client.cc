@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/deadline.h"
+#include "common/net.h"
 #include "common/socket_io.h"
 #include "rendezvous/auth.h"
 
@@ -188,16 +189,6 @@ Status Client::report_fatal(const std::string& message) {
   return {};
 }
 
-std::string Client::local_address() const {
-  sockaddr_storage sa{};
-  socklen_t len = sizeof sa;
-  if (getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "";
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&sa)->sin_addr, buf, sizeof buf);
-  else
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&sa)->sin6_addr, buf, sizeof buf);
-  return buf;
-}
+std::string Client::local_address() const { return socket_local_address(fd_.get()); }
 
 }  // namespace hvdrun::rdv

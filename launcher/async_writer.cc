@@ -10,6 +10,8 @@ namespace hvdrun {
 
 AsyncWriter::AsyncWriter(int fd) : fd_(fd) {}
 
+AsyncWriter::AsyncWriter(UniqueFd owned) : fd_(owned.get()), owned_(std::move(owned)) {}
+
 AsyncWriter::~AsyncWriter() {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -23,7 +25,7 @@ void AsyncWriter::write(std::string data) {
   if (data.empty()) return;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (failed_) return;
+    if (failed_ || closing_) return;
     queued_bytes_ += data.size();
     queue_.push_back(std::move(data));
     // The thread starts with the first output: a silent job never pays for it.
@@ -42,12 +44,20 @@ void AsyncWriter::drain() {
   cv_.wait(lk, [this] { return (queue_.empty() && !busy_) || failed_; });
 }
 
+void AsyncWriter::close_after_queued() {
+  std::lock_guard<std::mutex> lk(mu_);
+  closing_ = true;
+  if (!thread_.joinable()) owned_.reset();  // nothing was ever queued: no thread to do it
+  cv_.notify_all();
+}
+
 void AsyncWriter::run() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
+    cv_.wait(lk, [this] { return stop_ || closing_ || !queue_.empty(); });
     if (queue_.empty()) {
-      if (stop_) return;
+      if (closing_) owned_.reset();  // everything is written: the reader sees EOF
+      if (stop_ || closing_) return;
       continue;
     }
     // Take everything queued and write it in one go, outside the lock.

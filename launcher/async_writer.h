@@ -1,6 +1,8 @@
 // Writes to one fd from its own thread, so that the launcher's event loop never blocks
 // on a slow reader of hvdrun's output. The loop asks backlog() and stops reading from
-// workers while it is above a high-water mark (back pressure, never loss).
+// workers while it is above a high-water mark (back pressure, never loss). An agent also
+// feeds a remote rank 0's stdin pipe through one (it owns that fd and closes it at the end
+// of the input).
 #pragma once
 
 #include <condition_variable>
@@ -9,11 +11,14 @@
 #include <string>
 #include <thread>
 
+#include "common/unique_fd.h"
+
 namespace hvdrun {
 
 class AsyncWriter {
  public:
   explicit AsyncWriter(int fd);
+  explicit AsyncWriter(UniqueFd owned);  // closes it (see close_after_queued)
   ~AsyncWriter();  // drains what is queued, then joins
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
@@ -22,17 +27,22 @@ class AsyncWriter {
   size_t backlog() const;
   // Blocks until everything queued has been written (or the fd failed).
   void drain();
+  // The end of the data: once what is queued is written, the owned fd is closed (its
+  // reader sees EOF); later writes are dropped. Does not block.
+  void close_after_queued();
 
  private:
   void run();
 
   int fd_;
+  UniqueFd owned_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;
   bool busy_ = false;
   bool stop_ = false;
+  bool closing_ = false;
   bool failed_ = false;  // the reader went away (EPIPE): output is dropped from then on
   std::thread thread_;
 };

@@ -10,8 +10,6 @@
 #include <fcntl.h>
 
 #include <cerrno>
-#include <condition_variable>
-#include <deque>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -24,6 +22,7 @@
 #include "common/strings.h"
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
+#include "launcher/async_writer.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -146,53 +145,6 @@ std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, std::
 
 }  // namespace
 
-// Rank 0's stdin on this host: a pipe, written by a thread of its own so that a rank that
-// does not read never stalls the frames from hvdrun (heartbeats among them).
-class StdinRelay {
- public:
-  StdinRelay() {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) return;
-    rd_.reset(p[0]);
-    wr_.reset(p[1]);
-    thread_ = std::thread([this] { run(); });
-    thread_.detach();
-  }
-  int read_end() const { return rd_.get(); }
-  void close_read_end() { rd_.reset(); }
-  void push(std::string data) {  // empty: end of input
-    std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(std::move(data));
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    while (true) {
-      std::string data;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [this] { return !queue_.empty(); });
-        data = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      if (data.empty()) break;
-      for (size_t off = 0; off < data.size();) {
-        ssize_t n = ::write(wr_.get(), data.data() + off, data.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;  // rank 0 closed its stdin: drop the rest
-        off += static_cast<size_t>(n);
-      }
-    }
-    wr_.reset();
-  }
-  UniqueFd rd_, wr_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;
-  std::thread thread_;
-};
-
 int run_agent_mode() {
   if (isatty(1) || isatty(0)) {
     std::fprintf(stderr, "hvdrun: --agent is what hvdrun starts on remote hosts over SSH; it speaks a binary "
@@ -249,9 +201,16 @@ int run_agent_mode() {
   AgentOptions ao;
   ao.kill_grace = job->kill_grace;
   ao.stdin_to_rank0 = false;
-  // Never destroyed: its thread may still be blocked writing when the agent exits.
-  StdinRelay* stdin_relay = job->stdin_to_rank0 ? new StdinRelay() : nullptr;
-  if (stdin_relay) ao.rank0_stdin_fd = stdin_relay->read_end();
+  // Rank 0's stdin: a pipe fed from kStdin frames by a writer thread, so that a rank that
+  // does not read never stalls the frames from hvdrun (heartbeats among them). Never
+  // destroyed: its thread may still be blocked writing when the agent exits.
+  UniqueFd rank0_stdin;
+  AsyncWriter* stdin_writer = nullptr;
+  if (int p[2]; job->stdin_to_rank0 && pipe2(p, O_CLOEXEC) == 0) {
+    rank0_stdin.reset(p[0]);
+    stdin_writer = new AsyncWriter(UniqueFd(p[1]));
+    ao.rank0_stdin_fd = p[0];
+  }
   ao.on_failure = [&link](int rank, const std::string&, int status) {
     link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
   };
@@ -260,12 +219,15 @@ int run_agent_mode() {
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
   // connection) is gone.
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
-  std::thread control([&agent, &reader, silence, grace, stdin_relay, pending = std::move(pending)]() mutable {
+  std::thread control([&agent, &reader, silence, grace, stdin_writer, pending = std::move(pending)]() mutable {
     while (true) {
       auto f = read_frame(reader, pending, silence);
       if (!f) break;
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
-      if (f->type == Type::kStdin && stdin_relay) stdin_relay->push(std::move(f->payload));
+      if (f->type == Type::kStdin && stdin_writer) {
+        if (f->payload.empty()) stdin_writer->close_after_queued();  // end of hvdrun's stdin
+        else stdin_writer->write(std::move(f->payload));
+      }
     }
     agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
     // If the agent's loop is stuck writing to a dead connection, leave the ending to the

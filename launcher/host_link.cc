@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -101,6 +102,8 @@ class SshLink : public HostLink {
     }
     return {};
   }
+
+  size_t write_room() override { return ssh_channel_window_size(channel_.get()); }
 
   Result<std::string> read(int timeout_ms) override {
     char buf[65536];
@@ -235,6 +238,12 @@ class CommandLink : public HostLink {
     if (auto s = write_all(in_.get(), data); !s)
       return make_error(label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
     return {};
+  }
+
+  // A pipe that polls writable takes PIPE_BUF bytes without blocking.
+  size_t write_room() override {
+    pollfd p{in_.get(), POLLOUT, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) ? PIPE_BUF : 0;
   }
 
   Result<std::string> read(int timeout_ms) override {

@@ -30,6 +30,8 @@ class HostLink {
   // "node2:22" (the port libssh resolved), or the host for --ssh-command.
   virtual const std::string& label() const = 0;
   virtual Status write(std::string_view data) = 0;
+  // Bytes write() takes now without blocking (0 when the far side has stopped reading).
+  virtual size_t write_room() = 0;
   // Up to `timeout_ms` for the agent's stdout: bytes, "" on time-out, an error with code
   // kPeerClosed at EOF, another error when the connection failed.
   virtual Result<std::string> read(int timeout_ms) = 0;

@@ -126,15 +126,11 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       return;
     }
     std::vector<int> sigs;
-    std::deque<std::string> input;
     {
       std::lock_guard<std::mutex> lk(mu_);
       sigs.swap(signals_);
-      input.swap(stdin_);
-      stdin_bytes_ = 0;
     }
-    stdin_cv_.notify_all();
-    for (auto& chunk : input) (void)link_->write(agentwire::encode(Type::kStdin, chunk));
+    send_queued_stdin();
     for (int sig : sigs) {
       char c = static_cast<char>(sig);
       (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
@@ -193,6 +189,29 @@ void RemoteHost::join() {
 }
 
 void RemoteHost::close() { link_.reset(); }
+
+// As much of the queued input as the link takes without blocking: a rank 0 that stops
+// reading (or an agent that has ended) must never stall this thread, which also reads.
+void RemoteHost::send_queued_stdin() {
+  constexpr size_t kHeader = 5;  // u32 length | u8 type
+  while (true) {
+    size_t room = link_->write_room();
+    if (room <= kHeader) return;
+    std::string frame;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stdin_.empty()) return;
+      std::string& front = stdin_.front();
+      size_t n = std::min(front.size(), room - kHeader);  // an empty chunk is the end of input
+      frame = agentwire::encode(Type::kStdin, std::string_view(front).substr(0, n));
+      front.erase(0, n);
+      stdin_bytes_ -= n;
+      if (front.empty()) stdin_.pop_front();
+    }
+    stdin_cv_.notify_all();
+    if (!link_->write(frame)) return;
+  }
+}
 
 void RemoteHost::send_stdin(std::string data) {
   std::unique_lock<std::mutex> lk(mu_);

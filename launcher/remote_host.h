@@ -62,6 +62,7 @@ class RemoteHost : public RemoteControl {
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);
+  void send_queued_stdin();
 
   std::string host_;
   RemoteSettings settings_;

@@ -458,3 +458,19 @@ TEST(Cluster, KeysFromTheSshAgent) {
   EXPECT_EQ(without.exit_code, 3);
   EXPECT_NE(without.err.find("hvdrun: node-c:22: authentication failed (publickey)"), std::string::npos) << without.err;
 }
+
+TEST(Cluster, LargeStdinArrivesWholeOrIsDroppedWhenRankZeroStopsReading) {
+  REQUIRE_CLUSTER();
+  std::string input(20 << 20, 'x');  // many SSH windows' worth
+  auto whole = run({kHvdrun, "-np", "1", "-H", "h1:1", "wc", "-c"}, 60, {{"HOME", Cluster::home()}}, &input);
+  ASSERT_FALSE(whole.timed_out);
+  EXPECT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.out, "[0]<stdout>:" + std::to_string(input.size()) + "\n");
+  // Rank 0 reads 10 bytes and ends: the unread input must not hold the job (a blocked
+  // write once waited out the SSH time-out).
+  auto partial = run({kHvdrun, "-np", "2", "-H", "h1:1,h2:1", "--start-timeout", "120", "sh", "-c",
+                      "head -c 10 >/dev/null; echo done"},
+                     20, {{"HOME", Cluster::home()}}, &input);
+  ASSERT_FALSE(partial.timed_out) << "unread stdin held the job";
+  EXPECT_EQ(partial.exit_code, 0) << partial.err;
+}

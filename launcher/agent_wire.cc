@@ -42,7 +42,7 @@ Status decode_output(std::string_view payload, int* rank, int* stream, std::stri
   return {};
 }
 
-Status FrameReader::feed(std::string_view bytes, std::vector<Frame>& out) {
+Status FrameReader::feed(std::string_view bytes) {
   buf_.append(bytes);
   size_t pos = 0;
   while (buf_.size() - pos >= 5) {
@@ -52,11 +52,18 @@ Status FrameReader::feed(std::string_view bytes, std::vector<Frame>& out) {
     auto type = static_cast<uint8_t>(buf_[pos + 4]);
     if (type < static_cast<uint8_t>(Type::kHello) || type > static_cast<uint8_t>(Type::kStdin))
       return make_error("agent frame of unknown type " + std::to_string(type));
-    out.push_back({static_cast<Type>(type), buf_.substr(pos + 5, len - 1)});
+    frames_.push_back({static_cast<Type>(type), buf_.substr(pos + 5, len - 1)});
     pos += 4 + len;
   }
   buf_.erase(0, pos);
   return {};
+}
+
+std::optional<Frame> FrameReader::next() {
+  if (frames_.empty()) return std::nullopt;
+  Frame f = std::move(frames_.front());
+  frames_.pop_front();
+  return f;
 }
 
 }  // namespace hvdrun::agentwire

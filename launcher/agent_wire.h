@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,13 +53,16 @@ std::string encode(Type type, std::string_view payload);
 std::string encode_output(int rank, int stream, std::string_view lines);
 Status decode_output(std::string_view payload, int* rank, int* stream, std::string_view* lines);
 
-// Accumulates bytes; yields whole frames. An oversized or unknown frame is an error.
+// Accumulates bytes; yields whole frames in order. An oversized or unknown frame is an
+// error.
 class FrameReader {
  public:
-  Status feed(std::string_view bytes, std::vector<Frame>& out);
+  Status feed(std::string_view bytes);
+  std::optional<Frame> next();  // the oldest whole frame not yet taken
 
  private:
   std::string buf_;
+  std::deque<Frame> frames_;
 };
 
 }  // namespace hvdrun::agentwire

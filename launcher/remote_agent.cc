@@ -121,11 +121,11 @@ class FramedSink : public OutputSink {
 };
 
 // Reads one frame from stdin, waiting at most `seconds`. EOF or an error: nullopt.
-std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, std::vector<agentwire::Frame>& pending,
-                                           double seconds) {
+std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, double seconds) {
   auto deadline = deadline_in(seconds);
   char buf[65536];
-  while (pending.empty()) {
+  while (true) {
+    if (auto f = reader.next()) return f;
     pollfd p{0, POLLIN, 0};
     int ms = ms_until(deadline);
     if (ms <= 0) return std::nullopt;
@@ -135,11 +135,8 @@ std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, std::
     ssize_t r = read(0, buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return std::nullopt;
-    if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)), pending)) return std::nullopt;
+    if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)))) return std::nullopt;
   }
-  auto f = std::move(pending.front());
-  pending.erase(pending.begin());
-  return f;
 }
 
 
@@ -167,9 +164,8 @@ int run_agent_mode() {
   if (!link.send(Type::kHello, encode_hello(hello))) return 1;
 
   agentwire::FrameReader reader;
-  std::vector<agentwire::Frame> pending;
   // The launcher sends the job once every host has said hello: it may wait for the slowest.
-  auto jf = read_frame(reader, pending, 3600);
+  auto jf = read_frame(reader, 3600);
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
@@ -191,7 +187,7 @@ int run_agent_mode() {
   if (!watchdog) return setup_error(watchdog.error().message, 3);
   if (!link.send(Type::kReady, "")) return 1;
 
-  auto sf = read_frame(reader, pending, 3600);
+  auto sf = read_frame(reader, 3600);
   if (!sf || sf->type != Type::kStart) {
     watchdog->disarm();
     return 0;  // the launcher stopped before the start: nothing was started
@@ -219,9 +215,9 @@ int run_agent_mode() {
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
   // connection) is gone.
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
-  std::thread control([&agent, &reader, silence, grace, stdin_writer, pending = std::move(pending)]() mutable {
+  std::thread control([&agent, &reader, silence, grace, stdin_writer] {
     while (true) {
-      auto f = read_frame(reader, pending, silence);
+      auto f = read_frame(reader, silence);
       if (!f) break;
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
       if (f->type == Type::kStdin && stdin_writer) {

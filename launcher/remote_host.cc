@@ -63,7 +63,8 @@ std::string RemoteHost::describe_exit(const std::string& what) {
 }
 
 Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_point deadline) {
-  while (pending_.empty()) {
+  while (true) {
+    if (auto f = reader_.next()) return *std::move(f);
     int ms = ms_until(deadline);
     if (ms <= 0)
       return make_error(link_->label() + ": no answer from the agent within --start-timeout (" +
@@ -72,11 +73,8 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
     auto bytes = link_->read(std::min(ms, 200));
     if (!bytes) return bytes.error();
     if (!bytes->empty())
-      if (auto s = reader_.feed(*bytes, pending_); !s) return make_error(link_->label() + ": " + s.error().message);
+      if (auto s = reader_.feed(*bytes); !s) return make_error(link_->label() + ": " + s.error().message);
   }
-  auto f = std::move(pending_.front());
-  pending_.erase(pending_.begin());
-  return f;
 }
 
 Status RemoteHost::prepare(const AgentJob& job) {
@@ -107,8 +105,6 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     return;
   }
   bool failed_reported = false;
-  std::vector<agentwire::Frame> frames = std::move(pending_);
-  pending_.clear();
   using Clock = std::chrono::steady_clock;
   auto last_heard = Clock::now(), last_sent = Clock::now();
   auto silence = std::chrono::duration<double>(settings_.heartbeat_timeout);
@@ -135,7 +131,8 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       char c = static_cast<char>(sig);
       (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
     }
-    for (auto& f : frames) {
+    while (auto next = reader_.next()) {
+      const agentwire::Frame& f = *next;
       if (f.type == Type::kOutput) {
         int rank, stream;
         std::string_view lines;
@@ -156,7 +153,6 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         return;
       }
     }
-    frames.clear();
     auto bytes = link_->read(20);
     if (!bytes) {
       agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
@@ -166,7 +162,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     if (!bytes->empty()) last_heard = Clock::now();
     relay_stderr(sink);
     if (!bytes->empty())
-      if (auto s = reader_.feed(*bytes, frames); !s) {
+      if (auto s = reader_.feed(*bytes); !s) {
         agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);
         return;
       }

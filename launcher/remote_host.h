@@ -68,7 +68,6 @@ class RemoteHost : public RemoteControl {
   RemoteSettings settings_;
   std::unique_ptr<HostLink> link_;
   agentwire::FrameReader reader_;
-  std::vector<agentwire::Frame> pending_;
   AgentHello hello_;
   std::thread thread_;
   std::mutex mu_;

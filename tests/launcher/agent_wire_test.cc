@@ -18,7 +18,10 @@ TEST(AgentWire, FramesSurviveAnySplitOfTheStream) {
   for (size_t chunk = 1; chunk <= stream.size(); ++chunk) {
     FrameReader r;
     std::vector<Frame> frames;
-    for (size_t off = 0; off < stream.size(); off += chunk) ASSERT_TRUE(r.feed(stream.substr(off, chunk), frames).ok());
+    for (size_t off = 0; off < stream.size(); off += chunk) {
+      ASSERT_TRUE(r.feed(stream.substr(off, chunk)).ok());
+      while (auto f = r.next()) frames.push_back(*f);
+    }
     ASSERT_EQ(frames.size(), 4u) << "chunk " << chunk;
     EXPECT_EQ(frames[0].type, Type::kHello);
     EXPECT_EQ(frames[0].payload, "{}");
@@ -36,12 +39,11 @@ TEST(AgentWire, FramesSurviveAnySplitOfTheStream) {
 
 TEST(AgentWire, BadFramesAreErrors) {
   FrameReader r;
-  std::vector<Frame> frames;
-  EXPECT_FALSE(r.feed(std::string("\xff\xff\xff\xff\x01", 5), frames).ok());  // oversized
+  EXPECT_FALSE(r.feed(std::string("\xff\xff\xff\xff\x01", 5)).ok());  // oversized
   FrameReader r2;
-  EXPECT_FALSE(r2.feed(std::string("\0\0\0\x01\x63", 5), frames).ok());  // unknown type
+  EXPECT_FALSE(r2.feed(std::string("\0\0\0\x01\x63", 5)).ok());  // unknown type
   FrameReader r3;
-  EXPECT_FALSE(r3.feed(std::string("\0\0\0\0\x01", 5), frames).ok());  // empty frame
+  EXPECT_FALSE(r3.feed(std::string("\0\0\0\0\x01", 5)).ok());  // empty frame
   int rank, s;
   std::string_view lines;
   EXPECT_FALSE(agentwire::decode_output("abc", &rank, &s, &lines).ok());

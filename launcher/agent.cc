@@ -146,25 +146,18 @@ void LocalAgent::report_failure() {
     return a.rank < b.rank;
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
+  report_at_.reset();
   if (opts_.on_failure) {  // agent mode: hvdrun weighs it with the other hosts' failures
-    int code = WIFSIGNALED(f.status) ? 128 + WTERMSIG(f.status) : WEXITSTATUS(f.status);
     opts_.on_failure(f.rank, f.host, f.status);
-    report_at_.reset();
-    teardown("", code);
+    teardown("", exit_code_of(f.status));
     return;
   }
   std::string msg = "hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") ";
-  int code;
-  if (WIFSIGNALED(f.status)) {
-    int sig = WTERMSIG(f.status);
-    msg += "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
-    code = 128 + sig;
-  } else {
+  if (WIFSIGNALED(f.status))
+    msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
+  else
     msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
-    code = WEXITSTATUS(f.status);
-  }
-  report_at_.reset();
-  teardown(msg, code);
+  teardown(msg, exit_code_of(f.status));
 }
 
 // A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
@@ -326,14 +319,11 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
       }
       std::optional<std::pair<std::string, int>> req;
-      {
-        std::lock_guard<std::mutex> lk(control_mu_);
-        req.swap(control_request_);
-      }
       std::vector<int> sigs;
       std::vector<FailedWorker> remote;
       {
         std::lock_guard<std::mutex> lk(control_mu_);
+        req.swap(control_request_);
         sigs.swap(signal_requests_);
         remote.swap(remote_failures_);
       }

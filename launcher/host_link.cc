@@ -290,7 +290,7 @@ class CommandLink : public HostLink {
       for (int i = 0; i < 100; ++i) {
         pid_t r = waitpid(pid_, &st, WNOHANG);
         if (r == pid_) {
-          status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          status_ = exit_code_of(st);
           break;
         }
         if (r < 0) break;

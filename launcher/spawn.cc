@@ -1,5 +1,7 @@
 #include "launcher/spawn.h"
 
+#include <sys/wait.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -93,6 +95,10 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
   w.out = std::move(out_r);
   w.err = std::move(err_r);
   return w;
+}
+
+int exit_code_of(int wait_status) {
+  return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
 }
 
 }  // namespace hvdrun

@@ -30,6 +30,9 @@ struct SpawnedWorker {
 
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req);
 
+// A wait status as a shell reports it: the exit code, or 128 + the signal.
+int exit_code_of(int wait_status);
+
 // Signals hvdrun handles through its event loop; blocked in hvdrun, reset in workers.
 const std::vector<int>& handled_signals();
 

@@ -49,6 +49,10 @@ void block_handled_signals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+bool stdin_is_ours_to_read() {
+  return fcntl(0, F_GETFD) >= 0 && (!isatty(0) || tcgetpgrp(0) == getpgrp());
+}
+
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
@@ -197,17 +201,15 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   UniqueFd relay_in, relay_out;  // relay_in: what rank 0 reads; relay_out: our write end
   bool relay_stdin = false;
   int rank0_stdin = opts_.rank0_stdin_fd;
-  if (rank0_stdin < 0 && opts_.stdin_to_rank0 && fcntl(0, F_GETFD) >= 0) {
+  if (rank0_stdin < 0 && opts_.stdin_to_rank0 && stdin_is_ours_to_read()) {
     if (isatty(0)) {
-      if (tcgetpgrp(0) == getpgrp()) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) == 0) {
-          relay_in.reset(p[0]);
-          relay_out.reset(p[1]);
-          fcntl(relay_out.get(), F_SETFL, O_NONBLOCK);
-          rank0_stdin = relay_in.get();
-          relay_stdin = true;
-        }
+      int p[2];
+      if (pipe2(p, O_CLOEXEC) == 0) {
+        relay_in.reset(p[0]);
+        relay_out.reset(p[1]);
+        fcntl(relay_out.get(), F_SETFL, O_NONBLOCK);
+        rank0_stdin = relay_in.get();
+        relay_stdin = true;
       }
     } else {
       rank0_stdin = 0;

@@ -72,6 +72,8 @@ std::string lower(std::string s) {
   return s;
 }
 
+constexpr size_t kStderrKept = 64 << 10;  // of a remote command's stderr, for messages
+
 // libssh's connect errors, in the words the issue tracker asks for.
 std::string connect_cause(const std::string& raw) {
   std::string l = lower(raw);
@@ -87,10 +89,6 @@ std::string connect_cause(const std::string& raw) {
 class SshLink : public HostLink {
  public:
   SshLink(Session s, Channel c, std::string label) : session_(std::move(s)), channel_(std::move(c)), label_(std::move(label)) {}
-  ~SshLink() override {
-    channel_.reset();
-    session_.reset();
-  }
   const std::string& label() const override { return label_; }
 
   Status write(std::string_view data) override {
@@ -136,12 +134,12 @@ class SshLink : public HostLink {
     while (true) {
       int n = ssh_channel_read_nonblocking(channel_.get(), buf, sizeof buf, 1);
       if (n <= 0) break;
-      if (err_.size() < 65536) err_.append(buf, static_cast<size_t>(n));
+      if (err_.size() < kStderrKept) err_.append(buf, static_cast<size_t>(n));
     }
   }
 
   Session session_;
-  Channel channel_;
+  Channel channel_;  // declared after the session: closed before it
   std::string label_;
   std::string err_;
 };
@@ -254,11 +252,7 @@ class CommandLink : public HostLink {
       int n = poll(p, 2, std::max(0, ms_until(deadline)));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return std::string();
-      if (p[1].revents) {
-        ssize_t r = ::read(err_fd_.get(), buf, sizeof buf);
-        if (r > 0 && err_.size() < 65536) err_.append(buf, static_cast<size_t>(r));
-        if (r <= 0) err_fd_.reset();
-      }
+      if (p[1].revents) read_stderr();
       if (p[0].revents) {
         ssize_t r = ::read(out_.get(), buf, sizeof buf);
         if (r > 0) return std::string(buf, static_cast<size_t>(r));
@@ -269,16 +263,10 @@ class CommandLink : public HostLink {
   }
 
   std::string stderr_text() override {
-    char buf[4096];
     while (err_fd_.valid()) {
       pollfd p{err_fd_.get(), POLLIN, 0};
       if (poll(&p, 1, 0) <= 0) break;
-      ssize_t r = ::read(err_fd_.get(), buf, sizeof buf);
-      if (r <= 0) {
-        err_fd_.reset();
-        break;
-      }
-      if (err_.size() < 65536) err_.append(buf, static_cast<size_t>(r));
+      read_stderr();
     }
     return err_;
   }
@@ -303,6 +291,14 @@ class CommandLink : public HostLink {
   std::string local_address() const override { return ""; }
 
  private:
+  // One read of the client's stderr (kept up to kStderrKept bytes); closed at its end.
+  void read_stderr() {
+    char buf[4096];
+    ssize_t r = ::read(err_fd_.get(), buf, sizeof buf);
+    if (r <= 0) err_fd_.reset();
+    else if (err_.size() < kStderrKept) err_.append(buf, static_cast<size_t>(r));
+  }
+
   pid_t pid_;
   UniqueFd in_, out_, err_fd_;
   std::string label_;

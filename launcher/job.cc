@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -181,6 +180,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   // Every remote host connected, authenticated and its agent started, all at once, before
   // anything starts anywhere.
   std::vector<std::unique_ptr<RemoteHost>> remotes;
+  const double heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
   if (!remote_names.empty()) {
     RemoteSettings rs;
     rs.ssh.port = opts.ssh_port;
@@ -190,7 +190,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     rs.ssh.ssh_command = opts.ssh_command;
     rs.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
     rs.start_timeout = opts.start_timeout;
-    rs.heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
+    rs.heartbeat_timeout = heartbeat_timeout;
     for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
     spdlog::debug("connecting to {} remote host(s)", remotes.size());
     auto deadline = deadline_in(opts.start_timeout);
@@ -200,7 +200,8 @@ int run_job(const LaunchOptions& opts, char** envp) {
 
   std::vector<RemoteView> views;
   for (auto& r : remotes) views.push_back({r->host(), r->hello()});
-  auto addressing = plan_addressing(opts.network_interface, iface_addr, views, plan->ranks[0].host,
+  const std::string& rank0_host = plan->ranks[0].host;
+  auto addressing = plan_addressing(opts.network_interface, iface_addr, views, rank0_host,
                                     [](const std::string& addr) {
                                       auto i = interface_with_address(addr);
                                       return i ? *i : std::string();
@@ -222,7 +223,6 @@ int run_job(const LaunchOptions& opts, char** envp) {
     e.iface = h.iface;
     return e;
   };
-  const std::string& rank0_host = plan->ranks[0].host;
 
   std::vector<int> rank_ids;
   for (const auto& r : plan->ranks) rank_ids.push_back(r.rank);
@@ -264,8 +264,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
   // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
   RemoteHost* stdin_host = nullptr;
-  if (auto it = remote_index.find(rank0_host); it != remote_index.end() && fcntl(0, F_GETFD) >= 0 &&
-                                               (!isatty(0) || tcgetpgrp(0) == getpgrp())) {
+  if (auto it = remote_index.find(rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
     stdin_host = remotes[it->second].get();
     jobs[it->second].stdin_to_rank0 = true;
   }
@@ -273,7 +272,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     jobs[i].host = remote_names[i];
     jobs[i].cwd = workdir;
     jobs[i].kill_grace = opts.kill_grace;
-    jobs[i].heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
+    jobs[i].heartbeat_timeout = heartbeat_timeout;
   }
   for (const auto& r : plan->ranks) {
     auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(r.host), r, r.host_index));

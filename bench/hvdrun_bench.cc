@@ -13,23 +13,9 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
+#include "size_arg.h"
 
 namespace {
-
-size_t parse_size(const char* s) {
-  char* end;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    case '\0': break;
-    default:
-      std::fprintf(stderr, "hvdrun-bench: size '%s': expected a number with an optional K, M or G\n", s);
-      std::exit(2);
-  }
-  return static_cast<size_t>(v);
-}
 
 void check(int rc, const char* what) {
   if (rc != 0) {
@@ -49,8 +35,8 @@ int main(int argc, char** argv) {
   int opt;
   while ((opt = getopt(argc, argv, "b:e:f:w:n:co:h")) != -1) {
     switch (opt) {
-      case 'b': min_bytes = parse_size(optarg); break;
-      case 'e': max_bytes = parse_size(optarg); break;
+      case 'b': min_bytes = parse_size(optarg, "hvdrun-bench"); break;
+      case 'e': max_bytes = parse_size(optarg, "hvdrun-bench"); break;
       case 'f': factor = std::atof(optarg); break;
       case 'w': warmup = std::atoi(optarg); break;
       case 'n': iters = std::atoi(optarg); break;

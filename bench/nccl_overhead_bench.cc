@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hvdrun/hvdrun.h"
+#include "size_arg.h"
 
 namespace {
 
@@ -38,20 +39,7 @@ void nccl_check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) fail(std::string(what) + ": " + ncclGetErrorString(r));
 }
 
-size_t parse_size(const char* s) {
-  char* end;
-  double v = std::strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  else if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  else if (*end != '\0') {
-    std::fprintf(stderr, "hvdrun-nccl-bench: size '%s': expected a number with an optional K, M or G\n", s);
-    std::exit(2);
-  }
-  return static_cast<size_t>(v);
-}
-
-// Median seconds per call of fn over `iters` calls, in `rounds` rounds.
+// Seconds per call of fn, averaged over `iters` calls.
 double time_per_call(const std::function<void()>& fn, int iters) {
   auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) fn();
@@ -69,8 +57,8 @@ int main(int argc, char** argv) {
   size_t min_bytes = 1 << 20, max_bytes = size_t{1} << 30;
   double seconds_per_size = 0.5;
   for (int c; (c = getopt(argc, argv, "b:e:t:")) != -1;) {
-    if (c == 'b') min_bytes = parse_size(optarg);
-    else if (c == 'e') max_bytes = parse_size(optarg);
+    if (c == 'b') min_bytes = parse_size(optarg, "hvdrun-nccl-bench");
+    else if (c == 'e') max_bytes = parse_size(optarg, "hvdrun-nccl-bench");
     else if (c == 't') seconds_per_size = std::atof(optarg);
     else {
       std::fprintf(stderr, "usage: hvdrun-nccl-bench [-b MIN] [-e MAX] [-t SECONDS_PER_SIZE]\n");

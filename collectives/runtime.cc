@@ -138,9 +138,10 @@ Status Runtime::connect_ring() {
   po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
   po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
+  auto address = [](const rdv::PeerInfo& p) { return transport::PeerAddress{p.rank, p.host, p.addr, p.port}; };
   Result<transport::Pair> right = Error{"not connected"};
-  std::thread connector([&] { right = transport::connect_pair(ring_.right, po); });
-  auto left = transport::accept_pair(listener_.fd.get(), ring_.left, po);
+  std::thread connector([&] { right = transport::connect_pair(address(ring_.right), po); });
+  auto left = transport::accept_pair(listener_.fd.get(), address(ring_.left), po);
   connector.join();
   if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
   if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);

@@ -17,8 +17,8 @@ constexpr uint8_t kProtocolVersion = 1;
 constexpr size_t kHeaderBytes = 4;
 constexpr size_t kMaxFrameBeforeAuth = 256;       // hello and auth frames are tiny
 constexpr size_t kMaxFrame = 4u << 20;            // after authentication
-constexpr size_t kNonceBytes = 32;
-constexpr size_t kMacBytes = 32;
+constexpr size_t kNonceBytes = 32;  // = auth::kNonceBytes
+constexpr size_t kMacBytes = 32;    // = auth::kMacBytes
 constexpr size_t kMaxKeyBytes = 1024;
 constexpr size_t kMaxWaitKeys = 1024;
 

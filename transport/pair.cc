@@ -14,7 +14,7 @@
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
-#include "rendezvous/auth.h"
+#include "common/auth.h"
 #include "transport/socket_util.h"
 
 namespace hvdrun::transport {
@@ -40,7 +40,7 @@ std::string pair_context(int from, int to, const std::string& nonce_a, const std
 
 }  // namespace
 
-Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
+Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   PeerName name{to.rank, to.host};
   auto ctx = [&](const std::string& what) { return "connect to " + name.describe() + " at " + to.addr + ":" +
                                                    std::to_string(to.port) + ": " + what; };
@@ -55,7 +55,7 @@ Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
   UniqueFd fd = std::move(*connected);
   tune_data_socket(fd.get(), o.buffer_bytes);
   // 1. -> magic, from, to, our nonce
-  std::string nonce_i = rdv::random_bytes(rdv::kNonceBytes);
+  std::string nonce_i = auth::random_bytes(auth::kNonceBytes);
   std::string hello(12, '\0');
   int32_t from = o.self_rank, dest = to.rank;
   std::memcpy(hello.data(), &kPairMagic, 4);
@@ -64,15 +64,15 @@ Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
   hello += nonce_i;
   if (auto s = io_exact(fd.get(), hello.data(), hello.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
   // 2. <- their nonce, their proof
-  std::string reply(rdv::kNonceBytes + rdv::kMacBytes, '\0');
+  std::string reply(auth::kNonceBytes + auth::kMacBytes, '\0');
   if (auto s = io_exact(fd.get(), reply.data(), reply.size(), false, o.deadline); !s)
     return make_error(ctx(s.error().message + " (refused: not this job's rank?)"));
-  std::string nonce_a = reply.substr(0, rdv::kNonceBytes);
+  std::string nonce_a = reply.substr(0, auth::kNonceBytes);
   std::string ctx_bytes = pair_context(from, dest, nonce_i, nonce_a);
-  if (!rdv::constant_time_equal(reply.substr(rdv::kNonceBytes), rdv::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes)))
+  if (!auth::constant_time_equal(reply.substr(auth::kNonceBytes), auth::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes)))
     return make_error(ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
   // 3. -> our proof
-  std::string proof = rdv::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes);
+  std::string proof = auth::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes);
   if (auto s = io_exact(fd.get(), proof.data(), proof.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
   // 4. <- ok
   char ok = 0;
@@ -81,7 +81,7 @@ Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o) {
   return Pair(std::move(fd), name);
 }
 
-Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOptions& o) {
+Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptions& o) {
   PeerName name{from.rank, from.host};
   while (true) {
     pollfd p{listen_fd, POLLIN, 0};
@@ -95,7 +95,7 @@ Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOpt
     tune_data_socket(fd.get(), o.buffer_bytes);
     // A stranger gets at most a short handshake window, then we go back to listening.
     auto hs_deadline = std::min(o.deadline, Clock::now() + std::chrono::seconds(5));
-    std::string hello(12 + rdv::kNonceBytes, '\0');
+    std::string hello(12 + auth::kNonceBytes, '\0');
     if (!io_exact(fd.get(), hello.data(), hello.size(), false, hs_deadline)) continue;
     uint32_t magic;
     int32_t r_from, r_to;
@@ -104,13 +104,13 @@ Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOpt
     std::memcpy(&r_to, hello.data() + 8, 4);
     if (magic != kPairMagic || r_from != from.rank || r_to != o.self_rank) continue;
     std::string nonce_i = hello.substr(12);
-    std::string nonce_a = rdv::random_bytes(rdv::kNonceBytes);
+    std::string nonce_a = auth::random_bytes(auth::kNonceBytes);
     std::string ctx_bytes = pair_context(r_from, r_to, nonce_i, nonce_a);
-    std::string reply = nonce_a + rdv::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes);
+    std::string reply = nonce_a + auth::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes);
     if (!io_exact(fd.get(), reply.data(), reply.size(), true, hs_deadline)) continue;
-    std::string proof(rdv::kMacBytes, '\0');
+    std::string proof(auth::kMacBytes, '\0');
     if (!io_exact(fd.get(), proof.data(), proof.size(), false, hs_deadline)) continue;
-    if (!rdv::constant_time_equal(proof, rdv::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes))) continue;
+    if (!auth::constant_time_equal(proof, auth::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes))) continue;
     char ok = 1;
     if (!io_exact(fd.get(), &ok, 1, true, hs_deadline)) continue;
     return Pair(std::move(fd), name);

@@ -11,11 +11,19 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
-#include "rendezvous/protocol.h"
 
 namespace hvdrun::transport {
 
 using Clock = std::chrono::steady_clock;
+
+// Where a peer's data plane listens (from the rendezvous' registration; the transport
+// does not depend on the rendezvous).
+struct PeerAddress {
+  int rank = -1;
+  std::string host;  // as written in -H: ranks with the same host share a machine
+  std::string addr;  // data-plane address
+  int port = 0;
+};
 
 struct PeerName {
   int rank = -1;
@@ -45,10 +53,10 @@ struct PairOptions {
 };
 
 // Connects to `to` (addr:port) and proves who we are; `to.rank` is checked too.
-Result<Pair> connect_pair(const rdv::PeerInfo& to, const PairOptions& o);
+Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o);
 // Accepts connections on `listen_fd` until one proves it is `from` of this job (others are
 // refused and closed), or the deadline passes.
-Result<Pair> accept_pair(int listen_fd, const rdv::PeerInfo& from, const PairOptions& o);
+Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptions& o);
 
 // One step of a ring collective: send `send_len` bytes to `out` while receiving
 // `recv_len` bytes from `in`. When `send_follows_recv` is set, the bytes to send are the

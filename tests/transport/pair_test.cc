@@ -4,7 +4,7 @@
 #include <future>
 #include <gtest/gtest.h>
 
-#include "rendezvous/auth.h"
+#include "common/auth.h"
 #include "transport/socket_util.h"
 
 namespace hvdrun::transport {
@@ -21,14 +21,14 @@ PairOptions opts(const std::string& secret, int self) {
 }  // namespace
 
 TEST(Pair, StrangersAndOtherJobsAreRefusedTheRightPeerIsAccepted) {
-  std::string secret = rdv::new_secret();
+  std::string secret = auth::new_secret();
   auto l = listen_tcp("127.0.0.1", "127.0.0.1");
   ASSERT_TRUE(l.ok());
-  rdv::PeerInfo me{1, "h1", "127.0.0.1", l->port};
-  rdv::PeerInfo left{0, "h0", "127.0.0.1", 0};
+  PeerAddress me{1, "h1", "127.0.0.1", l->port};
+  PeerAddress left{0, "h0", "127.0.0.1", 0};
   auto accepted = std::async(std::launch::async, [&] { return accept_pair(l->fd.get(), left, opts(secret, 1)); });
   // Another job's rank 0 (another secret): its handshake fails on its side and ours.
-  auto other = connect_pair(me, opts(rdv::new_secret(), 0));
+  auto other = connect_pair(me, opts(auth::new_secret(), 0));
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.error().message.find("failed authentication"), std::string::npos) << other.error().message;
   // This job's rank 2 claiming to be our left neighbour is not rank 0: refused.
@@ -55,10 +55,10 @@ TEST(Pair, StrangersAndOtherJobsAreRefusedTheRightPeerIsAccepted) {
 }
 
 TEST(Pair, ClosedPeerIsNamed) {
-  std::string secret = rdv::new_secret();
+  std::string secret = auth::new_secret();
   auto l = listen_tcp("127.0.0.1", "127.0.0.1");
   ASSERT_TRUE(l.ok());
-  rdv::PeerInfo me{1, "h1", "127.0.0.1", l->port};
+  PeerAddress me{1, "h1", "127.0.0.1", l->port};
   auto accepted = std::async(std::launch::async,
                              [&] { return accept_pair(l->fd.get(), {0, "node-a", "127.0.0.1", 0}, opts(secret, 1)); });
   auto out = connect_pair(me, opts(secret, 0));

@@ -1,4 +1,4 @@
-#include "rendezvous/auth.h"
+#include "common/auth.h"
 
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
@@ -9,7 +9,7 @@
 
 #include "common/strings.h"
 
-namespace hvdrun::rdv {
+namespace hvdrun::auth {
 
 std::string random_bytes(size_t n) {
   std::string out(n, '\0');
@@ -42,17 +42,10 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
-std::string server_proof(std::string_view secret, std::string_view client_nonce, std::string_view server_nonce) {
-  std::string m = "hvdrun-server";
-  m.append(client_nonce);
-  m.append(server_nonce);
-  return hmac_sha256(secret, m);
-}
-
-std::string client_proof(std::string_view secret, std::string_view server_nonce, std::string_view client_nonce) {
-  std::string m = "hvdrun-client";
-  m.append(server_nonce);
-  m.append(client_nonce);
+std::string proof(std::string_view secret, std::string_view label, std::string_view a, std::string_view b) {
+  std::string m(label);
+  m.append(a);
+  m.append(b);
   return hmac_sha256(secret, m);
 }
 
@@ -60,4 +53,4 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-}  // namespace hvdrun::rdv
+}  // namespace hvdrun::auth

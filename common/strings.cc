@@ -1,5 +1,6 @@
 #include "common/strings.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -56,6 +57,27 @@ Result<double> parse_double(std::string_view s, std::string_view what, double mi
     return make_error(buf, 2);
   }
   return v;
+}
+
+std::string printable(std::string_view s, size_t max) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  size_t n = std::min(s.size(), max);
+  out.reserve(n + 8);
+  for (size_t i = 0; i < n; ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(digits[c >> 4]);
+      out.push_back(digits[c & 15]);
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
 }
 
 std::string to_hex(const void* data, size_t len) {

@@ -19,6 +19,10 @@ bool starts_with(std::string_view s, std::string_view prefix);
 Result<long long> parse_int(std::string_view s, std::string_view what, long long min, long long max);
 Result<double> parse_double(std::string_view s, std::string_view what, double min, double max);
 
+// `s` fit for a terminal and a one-line error: bytes outside printable ASCII become \xNN
+// (a backslash becomes \\), and more than `max` bytes end in "...".
+std::string printable(std::string_view s, size_t max = 80);
+
 std::string to_hex(const void* data, size_t len);
 Result<std::string> from_hex(std::string_view hex);
 

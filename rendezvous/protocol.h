@@ -21,6 +21,14 @@ constexpr size_t kNonceBytes = 32;  // = auth::kNonceBytes
 constexpr size_t kMacBytes = 32;    // = auth::kMacBytes
 constexpr size_t kMaxKeyBytes = 1024;
 constexpr size_t kMaxWaitKeys = 1024;
+// The job's key-value store is bounded (docs/RENDEZVOUS.md): a value is at most 1 MiB, and
+// all keys and values together (each entry counted with kStoreEntryOverhead more) at most
+// 64 MiB. A request past a bound gets an error; the store and the job go on.
+constexpr size_t kMaxValueBytes = 1u << 20;
+constexpr size_t kMaxStoreBytes = 64u << 20;
+constexpr size_t kStoreEntryOverhead = 64;
+// Requests still waiting for an answer (wait, barrier) on one connection.
+constexpr size_t kMaxPendingWaits = 64;
 
 // Rank 0 publishes NCCL's 128-byte unique id under this key; the other ranks wait for it.
 constexpr const char* kNcclUniqueIdKey = "hvdrun/nccl/unique_id";

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/deadline.h"
+#include "common/log_limiter.h"
 #include "common/strings.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/protocol.h"
@@ -28,6 +29,27 @@ std::string fmt_seconds(double s) {
   char buf[32];
   snprintf(buf, sizeof buf, "%g", s);
   return buf;
+}
+
+// A session stops reading requests while this much of its answers is unsent (a client that
+// pipelines gets and never reads cannot grow hvdrun).
+constexpr size_t kMaxOutboxBytes = 8u << 20;
+// A session's read buffer goes back to this size after a large frame.
+constexpr size_t kInbufBytes = 8192;
+// What a fatal message may bring to hvdrun's terminal.
+constexpr size_t kMaxFatalMessage = 4096;
+
+// Accepting again after EMFILE/ENFILE (and ENOBUFS/ENOMEM): from 10 ms, doubling, to 1 s.
+constexpr auto kAcceptBackoffMin = std::chrono::milliseconds(10);
+constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(1000);
+
+std::string quoted(std::string_view s) { return "'" + printable(s, 64) + "'"; }
+
+// The value of counter `key`: decimal text written by add/barrier.
+Result<int64_t> counter_value(const std::string& key, const std::string& text) {
+  auto v = parse_int(text, "counter", INT64_MIN, INT64_MAX);
+  if (!v) return make_error("key " + quoted(key) + " holds " + quoted(text) + ", not a 64-bit integer");
+  return static_cast<int64_t>(*v);
 }
 
 }  // namespace
@@ -74,15 +96,31 @@ struct Server::Impl {
   std::unordered_multimap<std::string, std::shared_ptr<Waiter>> waiters;
   std::set<std::shared_ptr<Session>> sessions;
 
+  size_t store_bytes = 0;  // keys + values + kStoreEntryOverhead each
+  LogLimiter log_limiter;
+  asio::steady_timer log_flush_timer{io};
+  asio::steady_timer accept_backoff{io};
+  std::chrono::milliseconds accept_delay{0};
+
   std::atomic<int> registered{0};
   std::atomic<int> rejected{0};
 
   void accept();
+  void on_accept_error(const boost::system::error_code& ec);
+  void arm_log_flush();
+  // A warning, rate-limited per kind (the message without the peer).
+  void warn(const std::string& kind, const std::string& line) {
+    log_limiter.log(kind, line, LogLimiter::Clock::now(),
+                    [](const std::string& l) { spdlog::warn("rendezvous: {}", l); });
+  }
+  // Stores key = value within the store's bounds; an error names the bound.
+  Status store(const std::string& key, std::string value);
   void on_registered();
   void arm_start_timer();
   void on_start_timer();
   bool complete() const { return registered == static_cast<int>(peers.size()); }
   void notify_key(const std::string& key);
+  void drop_waiter(const std::shared_ptr<Waiter>& w);
   std::string endpoint() const { return address + ":" + std::to_string(port); }
 };
 
@@ -95,7 +133,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void start() {
-    sock_.set_option(tcp::no_delay(true));
+    boost::system::error_code ec;
+    sock_.set_option(tcp::no_delay(true), ec);  // a connection already reset fails later, alone
     deadline_.expires_after(seconds_to_duration(srv_.opts.handshake_timeout));
     deadline_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec && self->state_ != State::kReady) self->reject("no authentication within the handshake time-out");
@@ -103,16 +142,21 @@ class Session : public std::enable_shared_from_this<Session> {
     read_more();
   }
 
+  void waits_done(size_t n = 1) { pending_waits_ -= std::min(pending_waits_, n); }
+
   void send(MsgType type, std::string_view payload) {
+    if (closed_) return;
     bool idle = outbox_.empty();
     outbox_.push_back(encode_frame(type, payload));
+    outbox_bytes_ += outbox_.back().size();
     if (idle) write_next();
   }
 
   // Sends an error frame, then closes once it is written.
   void fail(const std::string& message) {
-    spdlog::warn("rendezvous: {}{}: {}; closing the connection", peer_,
-                 rank_ >= 0 ? " (rank " + std::to_string(rank_) + ")" : "", message);
+    srv_.warn("closing a connection: " + message,
+              peer_ + (rank_ >= 0 ? " (rank " + std::to_string(rank_) + ")" : "") + ": " + message +
+                  "; closing the connection");
     closing_ = true;
     send(MsgType::kError, encode_string(message));
   }
@@ -137,26 +181,39 @@ class Session : public std::enable_shared_from_this<Session> {
   void reject(const std::string& why) {
     if (closed_) return;
     srv_.rejected++;
-    spdlog::warn("rendezvous: refused connection from {}: {}", peer_, why);
+    srv_.warn("refused connection: " + why, "refused connection from " + peer_ + ": " + why);
     close();
   }
 
   // Reads whatever has arrived into inbuf_ and handles every complete frame in it: one
   // read for several frames, and for a frame's header and body together.
   void read_more() {
-    if (inbuf_.size() - inlen_ < 4096) inbuf_.resize(std::max<size_t>(inbuf_.size() * 2, 8192));
+    if (inbuf_.size() - inlen_ < 4096) inbuf_.resize(std::max<size_t>(inbuf_.size() * 2, kInbufBytes));
     sock_.async_read_some(asio::buffer(inbuf_.data() + inlen_, inbuf_.size() - inlen_),
                           [self = shared_from_this()](auto ec, size_t n) {
                             if (ec) return self->on_eof();
                             self->inlen_ += n;
-                            if (self->parse_frames()) self->read_more();
+                            self->pump();
                           });
   }
+
+  // Handles the frames read so far, then reads more, unless the answers pile up unsent
+  // (then write_next() resumes once they are written).
+  void pump() {
+    if (!parse_frames()) return;
+    if (backlogged()) {
+      read_paused_ = true;
+      return;
+    }
+    read_more();
+  }
+
+  bool backlogged() const { return outbox_bytes_ > kMaxOutboxBytes; }
 
   // Returns true to keep reading.
   bool parse_frames() {
     size_t pos = 0;
-    while (!closing_ && !closed_ && inlen_ - pos >= kHeaderBytes) {
+    while (!closing_ && !closed_ && !backlogged() && inlen_ - pos >= kHeaderBytes) {
       size_t max = state_ == State::kReady ? kMaxFrame : kMaxFrameBeforeAuth;
       auto len = decode_length(inbuf_.data() + pos, max);
       if (!len) {
@@ -177,6 +234,10 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     std::memmove(inbuf_.data(), inbuf_.data() + pos, inlen_ - pos);
     inlen_ -= pos;
+    if (inbuf_.size() > 4 * kInbufBytes && inlen_ < kInbufBytes) {  // after a large frame
+      inbuf_.resize(kInbufBytes);
+      inbuf_.shrink_to_fit();
+    }
     return !closing_ && !closed_;
   }
 
@@ -209,7 +270,8 @@ class Session : public std::enable_shared_from_this<Session> {
         std::string expected = client_proof(srv_.opts.secret, server_nonce_, client_nonce_);
         if (f.type != MsgType::kAuth || !constant_time_equal(f.payload, expected)) {
           srv_.rejected++;
-          spdlog::warn("rendezvous: refused connection from {}: authentication failed", peer_);
+          srv_.warn("refused connection: authentication failed",
+                    "refused connection from " + peer_ + ": authentication failed");
           closing_ = true;
           send(MsgType::kError, encode_string("authentication failed"));
           return false;
@@ -220,7 +282,13 @@ class Session : public std::enable_shared_from_this<Session> {
         return true;
       }
       case State::kReady:
-        return request(f);
+        // No request stops the server: anything unexpected is this connection's error.
+        try {
+          return request(f);
+        } catch (const std::exception& e) {
+          fail(std::string(msg_type_name(f.type)) + " request failed: " + e.what());
+          return false;
+        }
     }
     return false;
   }
@@ -240,6 +308,10 @@ class Session : public std::enable_shared_from_this<Session> {
           return fail("rank " + std::to_string(q->rank) + " is out of range (job size " + std::to_string(size) + ")"),
                  false;
         if (rank_ >= 0) return fail("this connection already registered rank " + std::to_string(rank_)), false;
+        if (q->port < 1 || q->port > 65535)
+          return fail("rank " + std::to_string(q->rank) + " registered data port " + std::to_string(q->port) +
+                      "; expected 1 to 65535"),
+                 false;
         if (s.peers[q->rank].rank >= 0)
           return fail("rank " + std::to_string(q->rank) + " is already registered (from host " +
                       s.peers[q->rank].host + ")"),
@@ -262,7 +334,7 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kSet: {
         auto kv = decode_key_value(f.payload);
         if (!kv) return fail(kv.error().message), false;
-        s.kv[kv->first] = std::move(kv->second);
+        if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
         send(MsgType::kOk, "");
         s.notify_key(kv->first);
         return true;
@@ -283,12 +355,15 @@ class Session : public std::enable_shared_from_this<Session> {
         int64_t v = 0;
         auto it = s.kv.find(a->first);
         if (it != s.kv.end()) {
-          auto cur = parse_int(it->second, "counter", INT64_MIN, INT64_MAX);
-          if (!cur) return fail("add to key '" + a->first + "', which does not hold an integer"), false;
+          auto cur = counter_value(a->first, it->second);
+          if (!cur) return fail("add: " + cur.error().message), false;
           v = *cur;
         }
-        v += a->second;
-        s.kv[a->first] = std::to_string(v);
+        if (__builtin_add_overflow(v, a->second, &v))
+          return fail("add " + std::to_string(a->second) + " to key " + quoted(a->first) +
+                      ": the sum leaves the 64-bit integer range"),
+                 false;
+        if (auto st = s.store(a->first, std::to_string(v)); !st) return fail(st.error().message), false;
         send(MsgType::kCounter, encode_i64(v));
         s.notify_key(a->first);
         return true;
@@ -302,11 +377,17 @@ class Session : public std::enable_shared_from_this<Session> {
         auto b = decode_barrier(f.payload);
         if (!b) return fail(b.error().message), false;
         std::string count_key = b->name + "/count", done_key = b->name + "/done";
-        int64_t v = 1;
-        if (auto it = s.kv.find(count_key); it != s.kv.end()) v += std::stoll(it->second);
-        s.kv[count_key] = std::to_string(v);
+        int64_t v = 0;
+        if (auto it = s.kv.find(count_key); it != s.kv.end()) {
+          auto cur = counter_value(count_key, it->second);
+          if (!cur) return fail("barrier " + quoted(b->name) + ": " + cur.error().message), false;
+          v = *cur;
+        }
+        if (__builtin_add_overflow(v, 1, &v))
+          return fail("barrier " + quoted(b->name) + ": its count leaves the 64-bit integer range"), false;
+        if (auto st = s.store(count_key, std::to_string(v)); !st) return fail(st.error().message), false;
         if (v >= b->parties) {
-          s.kv[done_key] = "1";
+          if (auto st = s.store(done_key, "1"); !st) return fail(st.error().message), false;
           send(MsgType::kOk, "");
           s.notify_key(done_key);
           return true;
@@ -316,6 +397,9 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kFatal: {
         auto m = decode_string(f.payload);
         if (!m) return fail(m.error().message), false;
+        if (m->size() > kMaxFatalMessage)
+          *m = m->substr(0, kMaxFatalMessage) + "... (" + std::to_string(m->size() - kMaxFatalMessage) +
+               " bytes more)";
         if (s.cbs.on_fatal) s.cbs.on_fatal(rank_, *m);
         send(MsgType::kOk, "");
         return true;
@@ -337,11 +421,16 @@ class Session : public std::enable_shared_from_this<Session> {
       send(MsgType::kOk, "");
       return true;
     }
+    if (pending_waits_ >= kMaxPendingWaits)
+      return fail("more than " + std::to_string(kMaxPendingWaits) + " waits at once on one connection"), false;
+    ++pending_waits_;
     for (const auto& k : waiter->missing) s.waiters.emplace(k, waiter);
     waiter->timer = std::make_unique<asio::steady_timer>(s.io, std::chrono::milliseconds(timeout_ms));
-    waiter->timer->async_wait([waiter](const boost::system::error_code& ec) {
+    waiter->timer->async_wait([waiter, &s](const boost::system::error_code& ec) {
       if (ec || waiter->done) return;
       waiter->done = true;
+      waiter->session->waits_done();
+      s.drop_waiter(waiter);
       if (!waiter->session->closed())
         waiter->session->send(MsgType::kTimeout,
                               encode_keys(std::vector<std::string>(waiter->missing.begin(), waiter->missing.end())));
@@ -352,9 +441,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void write_next() {
     asio::async_write(sock_, asio::buffer(outbox_.front()), [self = shared_from_this()](auto ec, size_t) {
       if (ec) return self->close();
+      self->outbox_bytes_ -= self->outbox_.front().size();
       self->outbox_.pop_front();
-      if (!self->outbox_.empty()) return self->write_next();
-      if (self->closing_) self->close();
+      if (!self->outbox_.empty()) {
+        self->write_next();
+      } else if (self->closing_) {
+        return self->close();
+      }
+      if (self->read_paused_ && !self->backlogged() && !self->closing_ && !self->closed_) {
+        self->read_paused_ = false;
+        self->pump();
+      }
     });
   }
 
@@ -367,6 +464,9 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t inlen_ = 0;
   std::string client_nonce_, server_nonce_;
   std::deque<std::string> outbox_;
+  size_t outbox_bytes_ = 0;
+  size_t pending_waits_ = 0;
+  bool read_paused_ = false;
   bool closing_ = false, closed_ = false;
   int rank_ = -1;
 };
@@ -374,14 +474,65 @@ class Session : public std::enable_shared_from_this<Session> {
 void Server::Impl::accept() {
   acceptor.async_accept([this](const boost::system::error_code& ec, tcp::socket sock) {
     if (ec == asio::error::operation_aborted) return;
-    if (!ec) {
-      ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
-      auto s = std::make_shared<Session>(*this, std::move(sock));
-      sessions.insert(s);
-      s->start();
-    }
+    if (ec) return on_accept_error(ec);
+    accept_delay = std::chrono::milliseconds(0);
+    ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
+    auto s = std::make_shared<Session>(*this, std::move(sock));
+    sessions.insert(s);
+    s->start();
     accept();
   });
+}
+
+// Out of descriptors or memory, the connection waits in the backlog and accepting at once
+// would fail again at once (a spinning thread): wait, longer each time, up to a second.
+void Server::Impl::on_accept_error(const boost::system::error_code& ec) {
+  int e = ec.value();
+  bool exhausted = ec.category() == boost::system::system_category() &&
+                   (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM);
+  warn("cannot accept a connection: " + ec.message(),
+       "cannot accept a connection: " + ec.message() +
+           (exhausted ? "; accepting again after a pause" : ""));
+  if (!exhausted) return accept();  // ECONNABORTED and the like: that connection is gone
+  accept_delay = std::clamp(accept_delay * 2, kAcceptBackoffMin, kAcceptBackoffMax);
+  accept_backoff.expires_after(accept_delay);
+  accept_backoff.async_wait([this](const boost::system::error_code& tec) {
+    if (!tec) accept();
+  });
+}
+
+void Server::Impl::arm_log_flush() {
+  log_flush_timer.expires_after(std::chrono::seconds(1));
+  log_flush_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    log_limiter.flush(LogLimiter::Clock::now(), [](const std::string& l) { spdlog::warn("rendezvous: {}", l); });
+    arm_log_flush();
+  });
+}
+
+Status Server::Impl::store(const std::string& key, std::string value) {
+  if (value.size() > kMaxValueBytes)
+    return make_error("value of " + std::to_string(value.size()) + " bytes for key " + quoted(key) +
+                      " exceeds the limit of " + std::to_string(kMaxValueBytes) + " bytes");
+  auto it = kv.find(key);
+  size_t old = it == kv.end() ? 0 : key.size() + it->second.size() + kStoreEntryOverhead;
+  size_t now = store_bytes - old + key.size() + value.size() + kStoreEntryOverhead;
+  if (now > kMaxStoreBytes)
+    return make_error("setting key " + quoted(key) + " would grow the job's key-value store to " +
+                      std::to_string(now) + " bytes, over its limit of " + std::to_string(kMaxStoreBytes) + " bytes");
+  store_bytes = now;
+  if (it == kv.end())
+    kv.emplace(key, std::move(value));
+  else
+    it->second = std::move(value);
+  return {};
+}
+
+void Server::Impl::drop_waiter(const std::shared_ptr<Waiter>& w) {
+  for (const auto& k : w->missing) {
+    auto range = waiters.equal_range(k);
+    for (auto it = range.first; it != range.second;) it = it->second == w ? waiters.erase(it) : std::next(it);
+  }
 }
 
 void Server::Impl::arm_start_timer() {
@@ -435,6 +586,7 @@ void Server::Impl::notify_key(const std::string& key) {
     if (w->done || !w->missing.empty()) continue;
     w->done = true;
     w->timer->cancel();
+    w->session->waits_done();
     if (!w->session->closed()) w->session->send(MsgType::kOk, "");
   }
 }
@@ -462,12 +614,17 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
   impl->address = impl->opts.bind_address;
   impl->port = impl->acceptor.local_endpoint().port();
   impl->accept();
+  impl->arm_log_flush();
   Impl* p = impl.get();
   impl->thread = std::thread([p] {
-    try {
-      p->io.run();
-    } catch (const std::exception& e) {
-      spdlog::error("rendezvous: server stopped: {}", e.what());
+    // A handler that throws loses its own work, never the server: run on.
+    while (true) {
+      try {
+        p->io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("rendezvous: internal error (the server goes on): {}", e.what());
+      }
     }
   });
   return std::unique_ptr<Server>(new Server(std::move(impl)));
@@ -482,6 +639,8 @@ void Server::begin_start_timer() {
 Server::~Server() {
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->log_limiter.flush(LogLimiter::Clock::now(), [](const std::string& l) { spdlog::warn("rendezvous: {}", l); },
+                           true);
   // Break the session <-> waiter cycles.
   impl_->waiters.clear();
   impl_->pending_register.clear();

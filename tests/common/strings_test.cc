@@ -35,3 +35,14 @@ TEST(Strings, SplitTrimHex) {
 }
 
 }  // namespace hvdrun
+
+namespace hvdrun {
+
+TEST(Strings, PrintableQuotesUnprintableBytesAndTruncates) {
+  EXPECT_EQ(printable("node1"), "node1");
+  EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(printable("\x1b[2J\xef\xbb\xbf\\"), "\\x1b[2J\\xef\\xbb\\xbf\\\\");
+  EXPECT_EQ(printable("abcdef", 3), "abc...");
+}
+
+}  // namespace hvdrun

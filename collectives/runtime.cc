@@ -136,6 +136,9 @@ Status Runtime::connect_ring() {
   po.secret = secret_;
   po.self_rank = view_.rank;
   po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
+  po.self_host = view_.host;
+  po.shm_accept = tunable_string("HVDRUN_SHM") != "0";
+  po.shm_ring_bytes = po.shm_accept ? static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SHM_RING_BYTES"))) : 0;
   po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
   auto address = [](const rdv::PeerInfo& p) { return transport::PeerAddress{p.rank, p.host, p.addr, p.port}; };
@@ -145,6 +148,8 @@ Status Runtime::connect_ring() {
   connector.join();
   if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
   if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);
+  spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank,
+                right->is_shm() ? "shared memory" : "TCP", ring_.left.rank, left->is_shm() ? "shared memory" : "TCP");
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
   ring_comm_->on_fatal = [this](const std::string& m) { report_fatal(m); };
   return {};

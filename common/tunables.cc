@@ -30,6 +30,11 @@ constexpr Tunable kTable[] = {
      "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
     {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,
      "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes; small enough that data in flight stays in cache."},
+    {"HVDRUN_SHM", "1", TunableUse::kWorker,
+     "1: ranks of one host exchange data through shared-memory rings (memfd, no file in /dev/shm); "
+     "0: over loopback TCP."},
+    {"HVDRUN_SHM_RING_BYTES", "1048576", TunableUse::kWorker,
+     "Capacity of each shared-memory ring (one per direction between neighbours on one host), in bytes."},
     {"HVDRUN_CUDA_DEVICE", "", TunableUse::kWorker,
      "CUDA device of this rank, an index within CUDA_VISIBLE_DEVICES; empty: the local rank."},
     {"HVDRUN_NCCL_EAGER", "0", TunableUse::kWorker,

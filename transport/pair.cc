@@ -78,7 +78,28 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   char ok = 0;
   if (auto s = io_exact(fd.get(), &ok, 1, false, o.deadline); !s || ok != 1)
     return make_error(ctx("the peer refused our authentication"));
-  return Pair(std::move(fd), name);
+  // 5. -> the transport: 'T' (TCP), or 'S' pid fd token (a shared-memory ring we made)
+  ShmChannel shm;
+  std::string offer = "T";
+  if (o.shm_ring_bytes > 0 && !o.self_host.empty() && to.host == o.self_host) {
+    if (auto made = ShmChannel::create(o.shm_ring_bytes); made) {
+      shm = std::move(*made);
+      int32_t pid = getpid(), mfd = shm.memfd();
+      offer = "S";
+      offer.append(reinterpret_cast<const char*>(&pid), 4);
+      offer.append(reinterpret_cast<const char*>(&mfd), 4);
+      offer += shm.token();
+    }
+  }
+  if (auto s = io_exact(fd.get(), offer.data(), offer.size(), true, o.deadline); !s)
+    return make_error(ctx(s.error().message));
+  if (offer[0] == 'T') return Pair(std::move(fd), name);
+  // 6. <- 1 when the peer mapped it (0: it could not; the data stays on TCP)
+  char took = 0;
+  if (auto s = io_exact(fd.get(), &took, 1, false, o.deadline); !s) return make_error(ctx(s.error().message));
+  shm.release_memfd();  // both have mapped it now (or it is not used): nothing of it outlives them
+  if (took != 1) return Pair(std::move(fd), name);
+  return Pair(std::move(fd), name, std::move(shm));
 }
 
 Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptions& o) {
@@ -113,15 +134,52 @@ Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptio
     if (!auth::constant_time_equal(proof, auth::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes))) continue;
     char ok = 1;
     if (!io_exact(fd.get(), &ok, 1, true, hs_deadline)) continue;
-    return Pair(std::move(fd), name);
+    char kind = 0;
+    if (!io_exact(fd.get(), &kind, 1, false, hs_deadline)) continue;
+    if (kind == 'T') return Pair(std::move(fd), name);
+    if (kind != 'S') continue;
+    std::string shm_offer(8 + ShmChannel::kTokenBytes, '\0');
+    if (!io_exact(fd.get(), shm_offer.data(), shm_offer.size(), false, hs_deadline)) continue;
+    int32_t pid, mfd;
+    std::memcpy(&pid, shm_offer.data(), 4);
+    std::memcpy(&mfd, shm_offer.data() + 4, 4);
+    Result<ShmChannel> shm = Error{"not taken"};
+    if (o.shm_accept) shm = ShmChannel::open(pid, mfd, shm_offer.substr(8));
+    char took = shm ? 1 : 0;
+    if (!io_exact(fd.get(), &took, 1, true, hs_deadline)) continue;
+    if (!shm) return Pair(std::move(fd), name);
+    return Pair(std::move(fd), name, std::move(*shm));
   }
 }
+
+namespace {
+
+std::string closed_message(const Pair& p) {
+  return "connection to " + p.peer().describe() + " closed (the peer exited or failed)";
+}
+
+// The TCP connection beside a shared-memory ring carries nothing after the handshake: EOF
+// or an error on it means the peer's process is gone.
+Status check_alive(const Pair& p) {
+  char c;
+  ssize_t n = ::recv(p.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return make_error(closed_message(p));
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    return make_error("connection to " + p.peer().describe() + " lost: " + std::strerror(errno));
+  return {};
+}
+
+constexpr auto kLivenessSlice = std::chrono::milliseconds(20);
+
+}  // namespace
 
 Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, int spin_us) {
   size_t sent = 0, received = 0, notified = 0;
   auto last_progress = Clock::now();
   auto spin = std::chrono::microseconds(spin_us);
   auto timeout = seconds_to_duration(timeout_s);
+  ShmChannel* in_shm = s.recv_len ? in->shm() : nullptr;
+  ShmChannel* out_shm = s.send_len ? out->shm() : nullptr;
   while (sent < s.send_len || received < s.recv_len) {
     bool progressed = false;
     if (received < s.recv_len) {
@@ -131,7 +189,16 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         dst = s.recv + received % s.recv_window;
         want = std::min(want, s.recv_window - received % s.recv_window);
       }
-      ssize_t n = ::recv(in->fd(), dst, want, MSG_DONTWAIT);
+      ssize_t n;
+      if (in_shm) {
+        n = static_cast<ssize_t>(in_shm->read(dst, want));
+        if (n == 0 && in_shm->peer_closed()) return make_error(closed_message(*in));
+      } else {
+        n = ::recv(in->fd(), dst, want, MSG_DONTWAIT);
+        if (n == 0) return make_error(closed_message(*in));
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+          return make_error("connection to " + in->peer().describe() + " lost: " + std::strerror(errno));
+      }
       if (n > 0) {
         received += static_cast<size_t>(n);
         progressed = true;
@@ -139,21 +206,24 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
           s.on_recv(notified, received - notified);
           notified = received;
         }
-      } else if (n == 0) {
-        return make_error("connection to " + in->peer().describe() + " closed (the peer exited or failed)");
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return make_error("connection to " + in->peer().describe() + " lost: " + std::strerror(errno));
       }
     }
     size_t can_send = s.send_follows_recv ? std::min(received, s.send_len) : s.send_len;
     if (sent < can_send) {
       const char* src = s.send_follows_recv ? s.recv : s.send;
-      ssize_t n = ::send(out->fd(), src + sent, can_send - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        progressed = true;
-      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return make_error("connection to " + out->peer().describe() + " lost: " + std::strerror(errno));
+      if (out_shm) {
+        size_t n = out_shm->write(src + sent, can_send - sent);
+        if (n == 0 && out_shm->peer_closed()) return make_error(closed_message(*out));
+        sent += n;
+        progressed |= n > 0;
+      } else {
+        ssize_t n = ::send(out->fd(), src + sent, can_send - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+          sent += static_cast<size_t>(n);
+          progressed = true;
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          return make_error("connection to " + out->peer().describe() + " lost: " + std::strerror(errno));
+        }
       }
     }
     auto now = Clock::now();
@@ -167,12 +237,40 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       return make_error("no progress with " + culprit->peer().describe() + " for " + std::to_string(int(timeout_s)) +
                         " s (HVDRUN_TIMEOUT)");
     }
+    auto left = timeout - (now - last_progress);
+    bool recv_waits = received < s.recv_len, send_waits = sent < can_send;
     pollfd p[2];
     int np = 0;
-    if (received < s.recv_len) p[np++] = {in->fd(), POLLIN, 0};
-    if (sent < can_send) p[np++] = {out->fd(), POLLOUT, 0};
-    int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (now - last_progress)).count()) + 1;
-    poll(p, np, std::min(wait_ms, 1000));
+    ShmChannel::Wait w[2];
+    int nw = 0;
+    if (recv_waits) {
+      if (in_shm) w[nw++] = in_shm->prepare_read_wait();
+      else p[np++] = {in->fd(), POLLIN, 0};
+    }
+    if (send_waits) {
+      if (out_shm) w[nw++] = out_shm->prepare_write_wait();
+      else p[np++] = {out->fd(), POLLOUT, 0};
+    }
+    // Flagged as waiting: look once more, so that a wake sent before the flag is not lost.
+    bool ready = (recv_waits && in_shm && in_shm->readable()) || (send_waits && out_shm && out_shm->writable());
+    if (!ready) {
+      if (np == 0) {
+        futex_wait_any(w, nw, static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                    std::min<Clock::duration>(left, kLivenessSlice)).count()) + 1);
+      } else {
+        // TCP alone: poll until the time-out (in 1 s slices); TCP and shared memory
+        // mixed: poll in 1 ms slices, looking at the ring between them.
+        int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()) + 1;
+        poll(p, np, nw ? 1 : std::min(wait_ms, 1000));
+      }
+    }
+    if (recv_waits && in_shm) in_shm->end_read_wait();
+    if (send_waits && out_shm) out_shm->end_write_wait();
+    // A local peer that died can not close its ring: its TCP connection tells.
+    if (recv_waits && in_shm && !in_shm->readable())
+      if (auto st = check_alive(*in); !st) return st;
+    if (send_waits && out_shm && !out_shm->writable())
+      if (auto st = check_alive(*out); !st) return st;
   }
   return {};
 }

@@ -3,6 +3,11 @@
 // so that a stranger or a rank of another job is refused. Data flows one way on each pair
 // (we send to the right neighbour on one pair and receive from the left on another), and
 // transfer() drives both at once: full duplex.
+//
+// Between two ranks of one host (same host name in the rendezvous, and the connector asked
+// for it with PairOptions::shm_ring_bytes) the handshake goes on to set up a shared-memory
+// ring (transport/shm.h) and the data flows there instead; the TCP connection stays open
+// beside it as the liveness signal (EOF when the peer's process is gone).
 #pragma once
 
 #include <chrono>
@@ -11,6 +16,7 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
+#include "transport/shm.h"
 
 namespace hvdrun::transport {
 
@@ -35,19 +41,30 @@ class Pair {
  public:
   Pair() = default;
   Pair(UniqueFd fd, PeerName peer) : fd_(std::move(fd)), peer_(std::move(peer)) {}
+  Pair(UniqueFd fd, PeerName peer, ShmChannel shm) : fd_(std::move(fd)), peer_(std::move(peer)), shm_(std::move(shm)) {}
   bool valid() const { return fd_.valid(); }
   int fd() const { return fd_.get(); }
   const PeerName& peer() const { return peer_; }
-  void close() { fd_.reset(); }
+  // The shared-memory ring, or null when the data flows over TCP.
+  ShmChannel* shm() { return shm_.valid() ? &shm_ : nullptr; }
+  bool is_shm() const { return shm_.valid(); }
+  void close() {
+    shm_.close();
+    fd_.reset();
+  }
 
  private:
   UniqueFd fd_;
   PeerName peer_;
+  ShmChannel shm_;
 };
 
 struct PairOptions {
   std::string secret;
   int self_rank = -1;
+  std::string self_host;      // ours, as the rendezvous knows it
+  size_t shm_ring_bytes = 0;  // connector: offer shared memory to a same-host peer (0: TCP only)
+  bool shm_accept = true;     // acceptor: take such an offer
   int buffer_bytes = 512 << 10;
   Clock::time_point deadline;
 };

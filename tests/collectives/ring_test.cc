@@ -1,4 +1,6 @@
-// Ring collectives with ranks as threads, joined by socketpairs (no handshake needed).
+// Ring collectives with ranks as threads, joined by socketpairs (no handshake needed), by
+// shared-memory rings (real pairs: TCP handshake, then memfd rings), or by a mix of both
+// (ranks on two "hosts": shared memory within each, TCP between them).
 #include "collectives/ring.h"
 
 #include <sys/socket.h>
@@ -8,7 +10,9 @@
 #include <thread>
 
 #include "collectives/dtype.h"
+#include "common/auth.h"
 #include "reference.h"
+#include "transport/socket_util.h"
 
 namespace hvdrun {
 namespace {
@@ -19,9 +23,63 @@ using testref::load;
 using testref::store;
 using testref::tolerance;
 
-// rings[r] sends to r+1 and receives from r-1.
-std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}) {
+template <class Fn>
+void on_all_void(int n, Fn fn) {
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&fn, r] { fn(r); });
+  for (auto& x : t) x.join();
+}
+
+template <class Fn>
+std::vector<std::string> on_all(int n, Fn fn) {
+  std::vector<std::future<std::string>> f;
+  for (int r = 0; r < n; ++r) f.push_back(std::async(std::launch::async, [&fn, r] { return fn(r); }));
+  std::vector<std::string> out;
+  for (auto& x : f) out.push_back(x.get());
+  return out;
+}
+
+// Real pairs over loopback; rank r's host is hosts[r] (equal hosts: shared memory).
+std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts) {
   std::vector<std::unique_ptr<Ring>> rings(n);
+  std::string secret = auth::new_secret();
+  std::vector<transport::Listener> ls(n);
+  for (int r = 0; r < n; ++r) {
+    auto l = transport::listen_tcp("127.0.0.1", "127.0.0.1");
+    EXPECT_TRUE(l.ok());
+    ls[r] = std::move(*l);
+  }
+  on_all_void(n, [&](int r) {
+    transport::PairOptions po;
+    po.secret = secret;
+    po.self_rank = r;
+    po.self_host = hosts[r];
+    po.shm_ring_bytes = 1 << 16;  // small: the rings wrap often
+    po.deadline = transport::Clock::now() + std::chrono::seconds(20);
+    int right = (r + 1) % n, left = (r + n - 1) % n;
+    Result<transport::Pair> out = Error{""};
+    std::thread c([&] { out = transport::connect_pair({right, hosts[right], "127.0.0.1", ls[right].port}, po); });
+    auto in = transport::accept_pair(ls[r].fd.get(), {left, hosts[left], "127.0.0.1", 0}, po);
+    c.join();
+    EXPECT_TRUE(out.ok() && in.ok());
+    if (!out.ok() || !in.ok()) return;
+    EXPECT_EQ(out->is_shm(), hosts[r] == hosts[right]);
+    EXPECT_EQ(in->is_shm(), hosts[r] == hosts[left]);
+    rings[r] = std::make_unique<Ring>(r, n, std::move(*out), std::move(*in), o);
+  });
+  return rings;
+}
+
+// rings[r] sends to r+1 and receives from r-1. mode: "unix" (socketpairs), "shm" (one
+// host), "mixed" (the first half of the ranks on host a, the rest on host b).
+std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}, const std::string& mode = "unix") {
+  std::vector<std::unique_ptr<Ring>> rings(n);
+  if (n > 1 && mode != "unix") {
+    std::vector<std::string> hosts(n, "h");
+    if (mode == "mixed")
+      for (int r = 0; r < n; ++r) hosts[r] = r < (n + 1) / 2 ? "a" : "b";
+    return make_pair_rings(n, o, hosts);
+  }
   if (n == 1) {
     rings[0] = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, o);
     return rings;
@@ -41,15 +99,6 @@ std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}) {
   return rings;
 }
 
-template <class Fn>
-std::vector<std::string> on_all(int n, Fn fn) {
-  std::vector<std::future<std::string>> f;
-  for (int r = 0; r < n; ++r) f.push_back(std::async(std::launch::async, [&fn, r] { return fn(r); }));
-  std::vector<std::string> out;
-  for (auto& x : f) out.push_back(x.get());
-  return out;
-}
-
 std::string check_allreduce(Ring& ring, int n, size_t count, hvd_dtype_t t, hvd_op_t op, bool in_place) {
   size_t es = dtype_size(t);
   std::vector<char> in(count * es + 1), out(count * es + 1);
@@ -65,13 +114,19 @@ std::string check_allreduce(Ring& ring, int n, size_t count, hvd_dtype_t t, hvd_
   return "";
 }
 
-class RingAllreduce : public ::testing::TestWithParam<int> {};
+struct RingCase {
+  int n;
+  const char* mode;
+};
+void PrintTo(const RingCase& c, std::ostream* os) { *os << c.n << " ranks, " << c.mode; }
+
+class RingAllreduce : public ::testing::TestWithParam<RingCase> {};
 
 TEST_P(RingAllreduce, EveryDtypeOpCountAndPlacement) {
-  const int n = GetParam();
+  const int n = GetParam().n;
   RingOptions o;
   o.segment_bytes = 4096;  // many segments even for modest counts
-  auto rings = make_rings(n, o);
+  auto rings = make_rings(n, o, GetParam().mode);
   std::vector<size_t> counts = {0, 1, static_cast<size_t>(std::max(n - 1, 0)), static_cast<size_t>(n + 1), 1003,
                                 (1 << 20) + 3};
   auto results = on_all(n, [&](int r) -> std::string {
@@ -92,8 +147,8 @@ TEST_P(RingAllreduce, EveryDtypeOpCountAndPlacement) {
 }
 
 TEST_P(RingAllreduce, LargeCountIsBitwiseIdenticalOnEveryRank) {
-  const int n = GetParam();
-  auto rings = make_rings(n);
+  const int n = GetParam().n;
+  auto rings = make_rings(n, {}, GetParam().mode);
   const size_t count = (1 << 20) + 3;
   std::vector<std::vector<float>> out(n);
   auto results = on_all(n, [&](int r) -> std::string {
@@ -108,10 +163,10 @@ TEST_P(RingAllreduce, LargeCountIsBitwiseIdenticalOnEveryRank) {
 }
 
 TEST_P(RingAllreduce, BroadcastFromEveryRootAndAllgather) {
-  const int n = GetParam();
+  const int n = GetParam().n;
   RingOptions o;
   o.segment_bytes = 4096;
-  auto rings = make_rings(n, o);
+  auto rings = make_rings(n, o, GetParam().mode);
   const size_t count = 5000;
   auto results = on_all(n, [&](int r) -> std::string {
     for (int root = 0; root < n; ++root) {
@@ -139,7 +194,14 @@ TEST_P(RingAllreduce, BroadcastFromEveryRootAndAllgather) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce, ::testing::Values(1, 2, 3, 4, 7));
+INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
+                         ::testing::Values(RingCase{1, "unix"}, RingCase{2, "unix"}, RingCase{3, "unix"},
+                                           RingCase{4, "unix"}, RingCase{7, "unix"}, RingCase{2, "shm"},
+                                           RingCase{3, "shm"}, RingCase{4, "shm"}, RingCase{7, "shm"},
+                                           RingCase{3, "mixed"}, RingCase{4, "mixed"}, RingCase{7, "mixed"}),
+                         [](const ::testing::TestParamInfo<RingCase>& i) {
+                           return std::to_string(i.param.n) + "_" + i.param.mode;
+                         });
 
 TEST(Ring, MismatchedCountsFailEverywhereWithoutHanging) {
   const int n = 3;
@@ -163,9 +225,11 @@ TEST(Ring, MismatchedCountsFailEverywhereWithoutHanging) {
   EXPECT_NE(results[0], "ok");
 }
 
-TEST(Ring, DeadPeerFailsFastNamingIt) {
+class RingDeadPeer : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RingDeadPeer, FailsFastNamingIt) {
   const int n = 3;
-  auto rings = make_rings(n);
+  auto rings = make_rings(n, {}, GetParam());
   const size_t count = 8 << 20;
   auto results = on_all(n, [&](int r) -> std::string {
     if (r == 2) {
@@ -187,6 +251,8 @@ TEST(Ring, DeadPeerFailsFastNamingIt) {
   EXPECT_EQ(results[1].find("later call succeeded"), std::string::npos);
   EXPECT_EQ(results[0].find("later call succeeded"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "mixed"));
 
 TEST(Ring, SilentPeerTimesOut) {
   RingOptions o;

@@ -1,5 +1,6 @@
 /* Multi-process collectives under hvdrun:
- *   coll_worker check   allreduce (1M+3, in place and not), broadcast from every root, allgather
+ *   coll_worker check   allreduce (1M+3, in place and not), broadcast from every root, allgather;
+ *                       prints how many shared-memory segments this rank has mapped
  *   coll_worker die     rank 1 is SIGKILLed in the middle of a large allreduce loop
  *   coll_worker mismatch  rank 1 calls with a different count */
 #include <hvdrun/hvdrun.h>
@@ -18,6 +19,18 @@
       return 10 + rc_;                                                                   \
     }                                                                                    \
   } while (0)
+
+/* Shared-memory rings are memfds named hvdrun-shm: count their mappings. */
+static int shared_segments(void) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  char line[512];
+  int k = 0;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, "/memfd:hvdrun-shm")) ++k;
+  fclose(f);
+  return k;
+}
 
 static void* killer(void* arg) {
   (void)arg;
@@ -56,7 +69,7 @@ int main(int argc, char** argv) {
     for (int p = 0; p < n; ++p)
       if (b[(size_t)p * count] != (float)p || b[(size_t)p * count + count - 1] != (float)p) return 5;
     CHECK(hvd_barrier());
-    printf("rank %d checked\n", r);
+    printf("rank %d checked (%d shared segments)\n", r, shared_segments());
   } else if (!strcmp(argv[1], "die")) {
     size_t big = 16u << 20;
     float* x = calloc(big, sizeof(float));

@@ -1,7 +1,15 @@
 // Authenticated data-plane pairs over real TCP sockets.
 #include "transport/pair.h"
 
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <future>
+#include <cstring>
+#include <set>
+#include <thread>
 #include <gtest/gtest.h>
 
 #include "common/auth.h"
@@ -74,6 +82,157 @@ TEST(Pair, ClosedPeerIsNamed) {
   auto s = transfer(&unused, &*in, spec, 10, 0);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, "connection to rank 0 (host node-a) closed (the peer exited or failed)");
+}
+
+namespace {
+
+struct Linked {
+  Result<Pair> out = Error{""}, in = Error{""};
+};
+
+// Rank 0 (host host0) connects to rank 1 (host host1) through a real listener.
+Linked link(const std::string& host0, const std::string& host1, size_t ring_bytes, bool accept_shm = true) {
+  std::string secret = auth::new_secret();
+  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
+  EXPECT_TRUE(l.ok());
+  auto o0 = opts(secret, 0), o1 = opts(secret, 1);
+  o0.self_host = host0;
+  o0.shm_ring_bytes = ring_bytes;
+  o1.self_host = host1;
+  o1.shm_accept = accept_shm;
+  Linked k;
+  auto accepted = std::async(std::launch::async, [&] { return accept_pair(l->fd.get(), {0, host0, "127.0.0.1", 0}, o1); });
+  k.out = connect_pair({1, host1, "127.0.0.1", l->port}, o0);
+  k.in = accepted.get();
+  return k;
+}
+
+std::set<std::string> dev_shm() {
+  std::set<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST(ShmPair, SameHostGetsSharedMemoryOtherHostsAndRefusersStayOnTcp) {
+  auto before = dev_shm();
+  {
+    auto same = link("node-a", "node-a", 1 << 16);
+    ASSERT_TRUE(same.out.ok() && same.in.ok());
+    EXPECT_TRUE(same.out->is_shm());
+    EXPECT_TRUE(same.in->is_shm());
+    EXPECT_EQ(dev_shm(), before);  // memfd: nothing named
+    auto other = link("node-a", "node-b", 1 << 16);
+    ASSERT_TRUE(other.out.ok() && other.in.ok());
+    EXPECT_FALSE(other.out->is_shm());
+    EXPECT_FALSE(other.in->is_shm());
+    auto refused = link("node-a", "node-a", 1 << 16, /*accept_shm=*/false);
+    ASSERT_TRUE(refused.out.ok() && refused.in.ok());
+    EXPECT_FALSE(refused.out->is_shm());
+    EXPECT_FALSE(refused.in->is_shm());
+    auto off = link("node-a", "node-a", 0);
+    ASSERT_TRUE(off.out.ok() && off.in.ok());
+    EXPECT_FALSE(off.in->is_shm());
+  }
+  EXPECT_EQ(dev_shm(), before);
+}
+
+TEST(ShmPair, StreamsThroughASmallRingIntoAReduceWindow) {
+  auto k = link("h", "h", 4096);  // the smallest ring: every transfer wraps many times
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ASSERT_TRUE(k.out->is_shm());
+  std::string msg(3 << 20, '\0'), got(msg.size(), '\0');
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<char>(i * 131 + i / 4099);
+  Pair none;
+  auto sender = std::async(std::launch::async, [&] {
+    TransferSpec spec;
+    spec.send = msg.data();
+    spec.send_len = msg.size();
+    return transfer(&*k.out, &none, spec, 10, 0);  // spin 0: every wait goes to the futex
+  });
+  // The receiver takes the stream through a 64 KiB window, as the reduce-scatter does.
+  std::string window(1 << 16, '\0');
+  TransferSpec spec;
+  spec.recv = window.data();
+  spec.recv_len = msg.size();
+  spec.recv_window = window.size();
+  spec.notify_bytes = window.size();
+  spec.on_recv = [&](size_t off, size_t len) { std::memcpy(got.data() + off, window.data() + off % window.size(), len); };
+  auto r = transfer(&none, &*k.in, spec, 10, 0);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(sender.get().ok());
+  EXPECT_TRUE(got == msg);
+}
+
+TEST(ShmPair, BytesSentBeforeACloseArriveThenTheCloseIsNamed) {
+  auto k = link("h", "h", 1 << 16);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  char data[1000];
+  std::memset(data, 7, sizeof data);
+  TransferSpec send;
+  send.send = data;
+  send.send_len = sizeof data;
+  Pair none;
+  ASSERT_TRUE(transfer(&*k.out, &none, send, 10, 0).ok());
+  k.out->close();
+  char got[1000] = {};
+  TransferSpec recv;
+  recv.recv = got;
+  recv.recv_len = sizeof got;
+  ASSERT_TRUE(transfer(&none, &*k.in, recv, 10, 0).ok());
+  EXPECT_EQ(std::memcmp(got, data, sizeof got), 0);
+  recv.recv_len = 1;
+  auto s = transfer(&none, &*k.in, recv, 10, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
+}
+
+// A local peer killed outright (SIGKILL: it closes nothing itself) is noticed within the
+// futex wait's slice, through the TCP connection kept beside the ring, and named.
+TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
+  std::string secret = auth::new_secret();
+  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
+  ASSERT_TRUE(l.ok());
+  int port = l->port;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto o = opts(secret, 0);
+    o.self_host = "h";
+    o.shm_ring_bytes = 1 << 16;
+    auto out = connect_pair({1, "h", "127.0.0.1", port}, o);
+    if (!out.ok() || !out->is_shm()) _exit(3);
+    pause();  // connected and silent until killed
+    _exit(0);
+  }
+  auto o = opts(secret, 1);
+  o.self_host = "h";
+  auto in = accept_pair(l->fd.get(), {0, "h", "127.0.0.1", 0}, o);
+  ASSERT_TRUE(in.ok()) << in.error().message;
+  ASSERT_TRUE(in->is_shm());
+  auto killer = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kill(child, SIGKILL);
+  });
+  char buf[64];
+  TransferSpec spec;
+  spec.recv = buf;
+  spec.recv_len = sizeof buf;
+  Pair none;
+  auto t0 = Clock::now();
+  auto s = transfer(&none, &*in, spec, 30, 50);
+  auto took = Clock::now() - t0;
+  killer.get();
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
+  EXPECT_LT(took, std::chrono::seconds(2));
 }
 
 }  // namespace hvdrun::transport

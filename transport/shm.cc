@@ -1,0 +1,209 @@
+#include "transport/shm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/auth.h"
+
+namespace hvdrun::transport {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x68766472756e7368ull;  // "hvdrunsh"
+constexpr size_t kHeaderBytes = 4096;               // the data starts on its own page
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+
+struct WaitV {  // struct futex_waitv (linux/futex.h, 5.16+)
+  uint64_t val;
+  uint64_t uaddr;
+  uint32_t flags;
+  uint32_t reserved;
+};
+constexpr uint32_t kFutex2SizeU32 = 0x02;
+
+void futex_wake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+// Producer and consumer fields on their own cache lines.
+struct ShmChannel::Header {
+  uint64_t magic;
+  uint64_t capacity;
+  char token[kTokenBytes];
+  alignas(64) std::atomic<uint64_t> head;  // written by the producer
+  std::atomic<uint32_t> data_seq;          // bumped when the consumer waits and data came
+  std::atomic<uint32_t> consumer_waiting;
+  std::atomic<uint32_t> producer_closed;
+  alignas(64) std::atomic<uint64_t> tail;  // written by the consumer
+  std::atomic<uint32_t> space_seq;
+  std::atomic<uint32_t> producer_waiting;
+  std::atomic<uint32_t> consumer_closed;
+};
+
+ShmChannel::~ShmChannel() { close(); }
+
+ShmChannel::ShmChannel(ShmChannel&& o) noexcept { *this = std::move(o); }
+
+ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
+  if (this != &o) {
+    close();
+    hdr_ = o.hdr_;
+    data_ = o.data_;
+    cap_ = o.cap_;
+    map_bytes_ = o.map_bytes_;
+    cached_ = o.cached_;
+    pos_ = o.pos_;
+    memfd_ = std::move(o.memfd_);
+    token_ = std::move(o.token_);
+    producer_ = o.producer_;
+    o.hdr_ = nullptr;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+Result<ShmChannel> ShmChannel::create(size_t ring_bytes) {
+  static_assert(sizeof(Header) <= kHeaderBytes);
+  size_t cap = 4096;
+  while (cap < ring_bytes) cap <<= 1;
+  ShmChannel c;
+  c.memfd_.reset(static_cast<int>(syscall(SYS_memfd_create, "hvdrun-shm", MFD_CLOEXEC)));
+  if (!c.memfd_.valid()) return make_error(std::string("memfd_create: ") + std::strerror(errno));
+  c.map_bytes_ = kHeaderBytes + cap;
+  if (ftruncate(c.memfd_.get(), static_cast<off_t>(c.map_bytes_)) != 0)
+    return make_error(std::string("memfd of ") + std::to_string(c.map_bytes_) + " bytes: " + std::strerror(errno));
+  void* p = mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c.memfd_.get(), 0);
+  if (p == MAP_FAILED) return make_error(std::string("mmap of the shared segment: ") + std::strerror(errno));
+  c.hdr_ = new (p) Header{};
+  c.data_ = static_cast<char*>(p) + kHeaderBytes;
+  c.cap_ = cap;
+  c.token_ = auth::random_bytes(kTokenBytes);
+  c.producer_ = true;
+  c.hdr_->magic = kMagic;
+  c.hdr_->capacity = cap;
+  std::memcpy(c.hdr_->token, c.token_.data(), kTokenBytes);
+  return c;
+}
+
+Result<ShmChannel> ShmChannel::open(int pid, int fd, const std::string& token) {
+  std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!f.valid()) return make_error("open " + path + ": " + std::strerror(errno));
+  off_t size = lseek(f.get(), 0, SEEK_END);
+  if (size < static_cast<off_t>(kHeaderBytes + 4096)) return make_error(path + " is not a shared segment");
+  void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f.get(), 0);
+  if (p == MAP_FAILED) return make_error(std::string("mmap of the shared segment: ") + std::strerror(errno));
+  ShmChannel c;
+  c.hdr_ = static_cast<Header*>(p);
+  c.data_ = static_cast<char*>(p) + kHeaderBytes;
+  c.map_bytes_ = static_cast<size_t>(size);
+  c.cap_ = c.hdr_->capacity;
+  if (c.hdr_->magic != kMagic || c.cap_ + kHeaderBytes != c.map_bytes_ || token.size() != kTokenBytes ||
+      !auth::constant_time_equal(std::string_view(c.hdr_->token, kTokenBytes), token))
+    return make_error(path + " is not the segment the peer announced (another machine with the same host name?)");
+  c.token_ = token;
+  return c;
+}
+
+size_t ShmChannel::write(const char* src, size_t len) {
+  if (pos_ - cached_ + len > cap_) cached_ = hdr_->tail.load(std::memory_order_acquire);
+  size_t n = std::min(len, cap_ - (pos_ - cached_));
+  if (n == 0) return 0;
+  size_t at = pos_ & (cap_ - 1), first = std::min(n, cap_ - at);
+  std::memcpy(data_ + at, src, first);
+  if (n > first) std::memcpy(data_, src + first, n - first);
+  pos_ += n;
+  hdr_->head.store(pos_, std::memory_order_seq_cst);
+  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst)) {
+    hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&hdr_->data_seq);
+  }
+  return n;
+}
+
+size_t ShmChannel::read(char* dst, size_t len) {
+  if (cached_ - pos_ < len) cached_ = hdr_->head.load(std::memory_order_acquire);
+  size_t n = std::min<size_t>(len, cached_ - pos_);
+  if (n == 0) return 0;
+  size_t at = pos_ & (cap_ - 1), first = std::min(n, cap_ - at);
+  std::memcpy(dst, data_ + at, first);
+  if (n > first) std::memcpy(dst + first, data_, n - first);
+  pos_ += n;
+  hdr_->tail.store(pos_, std::memory_order_seq_cst);
+  if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
+    hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&hdr_->space_seq);
+  }
+  return n;
+}
+
+bool ShmChannel::peer_closed() const {
+  if (producer_) return hdr_->consumer_closed.load(std::memory_order_acquire);
+  return hdr_->producer_closed.load(std::memory_order_acquire) && hdr_->head.load(std::memory_order_acquire) == pos_;
+}
+
+ShmChannel::Wait ShmChannel::prepare_read_wait() {
+  hdr_->consumer_waiting.store(1, std::memory_order_seq_cst);
+  return {&hdr_->data_seq, hdr_->data_seq.load(std::memory_order_seq_cst)};
+}
+ShmChannel::Wait ShmChannel::prepare_write_wait() {
+  hdr_->producer_waiting.store(1, std::memory_order_seq_cst);
+  return {&hdr_->space_seq, hdr_->space_seq.load(std::memory_order_seq_cst)};
+}
+void ShmChannel::end_read_wait() { hdr_->consumer_waiting.store(0, std::memory_order_relaxed); }
+void ShmChannel::end_write_wait() { hdr_->producer_waiting.store(0, std::memory_order_relaxed); }
+
+bool ShmChannel::readable() {
+  cached_ = hdr_->head.load(std::memory_order_seq_cst);
+  return cached_ != pos_ || hdr_->producer_closed.load(std::memory_order_acquire);
+}
+bool ShmChannel::writable() {
+  cached_ = hdr_->tail.load(std::memory_order_seq_cst);
+  return pos_ - cached_ < cap_ || hdr_->consumer_closed.load(std::memory_order_acquire);
+}
+
+void ShmChannel::close() {
+  if (!hdr_) return;
+  (producer_ ? hdr_->producer_closed : hdr_->consumer_closed).store(1, std::memory_order_release);
+  hdr_->data_seq.fetch_add(1);
+  hdr_->space_seq.fetch_add(1);
+  futex_wake(&hdr_->data_seq);
+  futex_wake(&hdr_->space_seq);
+  munmap(hdr_, map_bytes_);
+  hdr_ = nullptr;
+  data_ = nullptr;
+  memfd_.reset();
+}
+
+void futex_wait_any(const ShmChannel::Wait* waits, int n, long timeout_ns) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += timeout_ns / 1000000000;
+  ts.tv_nsec += timeout_ns % 1000000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  WaitV v[2];
+  for (int i = 0; i < n && i < 2; ++i)
+    v[i] = {waits[i].value, reinterpret_cast<uint64_t>(waits[i].word), kFutex2SizeU32, 0};
+  if (syscall(SYS_futex_waitv, v, n, 0, &ts, CLOCK_MONOTONIC) == -1 && errno == ENOSYS) {
+    // Kernels before 5.16: wait on the first word only, in short slices.
+    timespec rel{0, std::min<long>(timeout_ns, 1000000)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(waits[0].word), FUTEX_WAIT, waits[0].value, &rel, nullptr, 0);
+  }
+}
+
+}  // namespace hvdrun::transport

@@ -1,0 +1,90 @@
+// Shared-memory channel between two ranks of one host: one direction, one producer (the
+// rank that sends), one consumer. The producer makes an anonymous memfd segment (no name in
+// /dev/shm, so no crash can leave a file), maps it, and tells the consumer its pid, the fd
+// number and a random token over the pair's authenticated TCP connection; the consumer
+// opens /proc/<pid>/fd/<n> (same user, same machine), maps it, and checks the token. Once
+// both have mapped it the producer closes its fd: the memory lives exactly as long as the
+// two mappings.
+//
+// The segment holds a byte-stream ring (single producer, single consumer, capacity a power
+// of two): the producer copies bytes in at `head`, the consumer takes them out at `tail`;
+// each side caches the other's index and reads it only when the cached one says full or
+// empty. A side with nothing to do spins (bounded, in transfer()), then waits on a futex
+// word of the segment (`data_seq` for the consumer, `space_seq` for the producer) for at
+// most a slice, so that a dead peer is noticed: the TCP connection, kept open beside the
+// ring, reads EOF when the peer's process is gone. A side that closes sets `closed` and
+// wakes both words. Bytes written before a close are still delivered (as TCP does).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace hvdrun::transport {
+
+class ShmChannel {
+ public:
+  static constexpr size_t kTokenBytes = 16;
+
+  ShmChannel() = default;
+  ~ShmChannel();
+  ShmChannel(ShmChannel&& o) noexcept;
+  ShmChannel& operator=(ShmChannel&& o) noexcept;
+  ShmChannel(const ShmChannel&) = delete;
+  ShmChannel& operator=(const ShmChannel&) = delete;
+
+  // Producer: a new segment with a ring of `ring_bytes` (rounded up to a power of two).
+  static Result<ShmChannel> create(size_t ring_bytes);
+  // Consumer: maps the producer's segment through /proc/<pid>/fd/<fd> and checks the token.
+  static Result<ShmChannel> open(int pid, int fd, const std::string& token);
+
+  bool valid() const { return hdr_ != nullptr; }
+  int memfd() const { return memfd_.get(); }  // producer, until release_memfd()
+  void release_memfd() { memfd_.reset(); }
+  const std::string& token() const { return token_; }
+  size_t capacity() const { return cap_; }
+
+  // Non-blocking: copy in / out as many bytes as fit / are there; 0 when none.
+  size_t write(const char* src, size_t len);
+  size_t read(char* dst, size_t len);
+  // The peer has closed (Pair::close, Ring::fail, shutdown) and, for the consumer, every
+  // byte it wrote has been read.
+  bool peer_closed() const;
+
+  // Waiting. A side calls prepare_*() (which flags it as waiting and returns the futex word
+  // and its value), then checks once more with *_ready(), then futex-waits on the word.
+  struct Wait {
+    std::atomic<uint32_t>* word = nullptr;
+    uint32_t value = 0;
+  };
+  Wait prepare_read_wait();
+  Wait prepare_write_wait();
+  void end_read_wait();
+  void end_write_wait();
+  bool readable();  // consumer: bytes are there (or the peer closed)
+  bool writable();  // producer: space is there (or the peer closed)
+
+  // Marks the channel closed for the peer, wakes it, and unmaps.
+  void close();
+
+ private:
+  struct Header;
+  Header* hdr_ = nullptr;
+  char* data_ = nullptr;
+  size_t cap_ = 0, map_bytes_ = 0;
+  uint64_t cached_ = 0;  // producer: the tail last seen; consumer: the head last seen
+  uint64_t pos_ = 0;     // producer: our head; consumer: our tail
+  bool producer_ = false;
+  UniqueFd memfd_;
+  std::string token_;
+};
+
+// Blocks until one of the words changes from its value (a wake), `timeout_ns` passes, or a
+// signal: futex_waitv over up to two words of shared (not process-private) memory.
+void futex_wait_any(const ShmChannel::Wait* waits, int n, long timeout_ns);
+
+}  // namespace hvdrun::transport

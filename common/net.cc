@@ -5,7 +5,11 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/unique_fd.h"
@@ -28,16 +32,57 @@ std::string socket_local_address(int fd) {
   return address_string(reinterpret_cast<const sockaddr*>(&sa));
 }
 
+std::string socket_peer_address(int fd) {
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "";
+  return address_string(reinterpret_cast<const sockaddr*>(&sa));
+}
+
 Result<std::vector<InterfaceAddress>> interface_addresses() {
   ifaddrs* ifs = nullptr;
   if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
   std::vector<InterfaceAddress> out;
   for (ifaddrs* i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
-    out.push_back({i->ifa_name, address_string(i->ifa_addr), i->ifa_addr->sa_family == AF_INET6});
+    InterfaceAddress a{i->ifa_name, address_string(i->ifa_addr), i->ifa_addr->sa_family == AF_INET6, 0};
+    if (i->ifa_netmask) {
+      const auto* m = i->ifa_addr->sa_family == AF_INET
+                          ? reinterpret_cast<const unsigned char*>(&reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr)
+                          : reinterpret_cast<const unsigned char*>(&reinterpret_cast<const sockaddr_in6*>(i->ifa_netmask)->sin6_addr);
+      for (size_t b = 0; b < (a.v6 ? 16u : 4u); ++b) a.prefix += __builtin_popcount(m[b]);
+    }
+    out.push_back(std::move(a));
   }
   freeifaddrs(ifs);
   return out;
+}
+
+bool same_subnet(const std::string& a, const std::string& b, int prefix) {
+  unsigned char x[16] = {}, y[16] = {};
+  bool v6 = a.find(':') != std::string::npos;
+  if (v6 != (b.find(':') != std::string::npos)) return false;
+  int fam = v6 ? AF_INET6 : AF_INET;
+  if (inet_pton(fam, a.c_str(), x) != 1 || inet_pton(fam, b.c_str(), y) != 1) return false;
+  int bits = std::min(prefix, v6 ? 128 : 32);
+  for (int i = 0; i < bits; ++i) {
+    int mask = 0x80 >> (i % 8);
+    if ((x[i / 8] & mask) != (y[i / 8] & mask)) return false;
+  }
+  return true;
+}
+
+std::string network_stack_id() {
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) boot = buf;
+    std::fclose(f);
+  }
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  struct stat st {};
+  if (boot.empty() || stat("/proc/self/ns/net", &st) != 0) return "";
+  return boot + ":" + std::to_string(static_cast<unsigned long>(st.st_ino));
 }
 
 Result<std::string> interface_address(const std::string& iface) {

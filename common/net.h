@@ -14,11 +14,20 @@ namespace hvdrun {
 std::string address_string(const sockaddr* sa);
 // This side's address of a connected socket; "" when unknown.
 std::string socket_local_address(int fd);
+// The far side's address of a connected socket; "" when unknown.
+std::string socket_peer_address(int fd);
 
 struct InterfaceAddress {
   std::string iface, addr;
   bool v6 = false;
+  int prefix = 0;  // netmask length (24 for 255.255.255.0)
+  bool operator==(const InterfaceAddress&) const = default;
 };
+// Do `a` and `b` (as inet_ntop writes them, same family) share their first `prefix` bits?
+bool same_subnet(const std::string& a, const std::string& b, int prefix);
+// Which network stack this process sees: the boot id and the network namespace. Two
+// processes with the same value reach each other on 127.0.0.1.
+std::string network_stack_id();
 // Every IP address of this machine's interfaces, in getifaddrs order.
 Result<std::vector<InterfaceAddress>> interface_addresses();
 

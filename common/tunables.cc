@@ -20,6 +20,15 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_HEARTBEAT_TIMEOUT", "30", TunableUse::kLauncher,
      "Seconds of silence after which hvdrun and a remote agent take each other for gone "
      "(heartbeats every 2 s; a network partition sends no FIN)."},
+    {"HVDRUN_AGENT_CONNECT", "", TunableUse::kLauncher,
+     "Set by hvdrun for the agents it starts with srun: 'PORT ADDR,...' to connect back to."},
+    {"HVDRUN_AGENT_TOKEN", "", TunableUse::kLauncher,
+     "Set by hvdrun for the agents it starts with srun: the one-job token they prove."},
+    {"HVDRUN_AGENT_STACK", "", TunableUse::kLauncher,
+     "Set by hvdrun for the agents it starts with srun: its network stack (loopback is tried only on the same)."},
+    {"SLURMD_NODENAME", "", TunableUse::kLauncher,
+     "Slurm's: the node an agent started by srun runs on (its name in the job's host list)."},
+    {"SLURM_PROCID", "0", TunableUse::kLauncher, "Slurm's: the task id of an agent started by srun."},
     // Worker side (libhvdrun).
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},

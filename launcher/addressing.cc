@@ -1,35 +1,121 @@
 #include "launcher/addressing.h"
 
-#include "launcher/job.h"
+#include <algorithm>
+
+#include "launcher/plan.h"
 
 namespace hvdrun {
+namespace {
 
-Result<Addressing> plan_addressing(const std::string& iface, const std::string& iface_addr,
-                                   const std::vector<RemoteView>& remotes, const std::string& rank0_host,
-                                   const std::function<std::string(const std::string&)>& iface_of_addr) {
-  Addressing a;
-  std::string reach = "127.0.0.1";
-  a.bind_addr = reach;
-  if (!iface_addr.empty()) {
-    reach = a.bind_addr = iface_addr;
-  } else if (!remotes.empty()) {
-    reach = a.bind_addr = remotes[0].hello.launcher_addr;
-    for (const auto& r : remotes) {
-      if (r.hello.launcher_addr.empty())
-        return make_error("cannot tell which address of this machine " + r.host + " reaches; pass --network-interface",
-                          exit_code::kLaunchFailed);
-      if (r.hello.launcher_addr != reach) a.bind_addr = "0.0.0.0";  // hosts reach us on several addresses
-    }
+bool usable(const InterfaceAddress& a) {
+  if (a.v6) return a.addr != "::1" && a.addr.rfind("fe80", 0) != 0;  // no loopback, no link-local
+  return a.addr.rfind("127.", 0) != 0;
+}
+
+std::string iface_holding(const std::vector<InterfaceAddress>& ifaces, const std::string& addr) {
+  for (const auto& a : ifaces)
+    if (a.addr == addr) return a.iface;
+  return "";
+}
+
+std::string list(const std::vector<InterfaceAddress>& ifaces) {
+  std::string s;
+  for (const auto& a : ifaces) {
+    if (!usable(a)) continue;
+    s += (s.empty() ? "" : ", ") + a.addr + "/" + std::to_string(a.prefix);
   }
-  a.local.rendezvous_addr = reach;
-  a.local.iface = iface.empty() && !remotes.empty() ? iface_of_addr(reach) : iface;
-  for (const auto& r : remotes)
-    a.remote[r.host] = {iface_addr.empty() ? r.hello.launcher_addr : iface_addr,
-                        iface.empty() ? r.hello.host_iface : iface};
-  a.master_addr = reach;
-  for (const auto& r : remotes)
-    if (r.host == rank0_host) {
-      a.master_addr = r.hello.host_addr;
+  return s.empty() ? "none but loopback" : s;
+}
+
+struct Pair {
+  std::string launcher, host;
+};
+
+// Every (launcher address, host address) this host can use, best first.
+Result<std::vector<Pair>> candidates(const AddressingInput& in, const RemoteView& r) {
+  const AgentHello& h = r.hello;
+  if (!h.launcher_addr.empty() && !h.host_addr.empty()) return std::vector<Pair>{{h.launcher_addr, h.host_addr}};
+  std::vector<Pair> out;
+  for (const auto& l : in.local_ifaces) {
+    if (!usable(l)) continue;
+    for (const auto& a : h.ifaces)
+      if (usable(a) && a.v6 == l.v6 && same_subnet(l.addr, a.addr, std::min(l.prefix, a.prefix)))
+        out.push_back({l.addr, a.addr});
+  }
+  if (out.empty() && !h.network_stack.empty() && h.network_stack == in.local_stack)
+    out.push_back({"127.0.0.1", "127.0.0.1"});
+  if (out.empty())
+    return make_error("cannot tell which address of this machine " + r.host +
+                          " reaches: no network in common (its addresses: " + list(h.ifaces) +
+                          "; this machine's: " + list(in.local_ifaces) + "); pass --network-interface",
+                      exit_code::kLaunchFailed);
+  return out;
+}
+
+}  // namespace
+
+Result<Addressing> plan_addressing(const AddressingInput& in) {
+  Addressing a;
+  a.bind_addr = a.master_addr = a.local.rendezvous_addr = a.local.host_addr = "127.0.0.1";
+  std::vector<std::vector<Pair>> cands;
+  for (const auto& r : in.remotes) {
+    auto c = candidates(in, r);
+    if (!c) {
+      if (in.iface_addr.empty()) return c.error();
+      c = std::vector<Pair>{};
+    }
+    cands.push_back(std::move(*c));
+  }
+  // One launcher address every host can use (in this machine's order of preference).
+  std::string common;
+  if (!cands.empty())
+    for (const auto& p : cands[0]) {
+      bool everywhere = std::all_of(cands.begin(), cands.end(), [&](const std::vector<Pair>& c) {
+        return std::any_of(c.begin(), c.end(), [&](const Pair& q) { return q.launcher == p.launcher; });
+      });
+      if (everywhere) {
+        common = p.launcher;
+        break;
+      }
+    }
+  for (size_t i = 0; i < in.remotes.size(); ++i) {
+    const RemoteView& r = in.remotes[i];
+    HostAddressing h;
+    if (!in.iface_addr.empty()) {
+      h.rendezvous_addr = in.iface_addr;
+      h.iface = in.iface;
+      for (const auto& x : r.hello.ifaces)
+        if (x.iface == in.iface && (h.host_addr.empty() || !x.v6)) h.host_addr = x.addr;
+      if (h.host_addr.empty() && !cands[i].empty()) h.host_addr = cands[i][0].host;
+      if (h.host_addr.empty())
+        return make_error("host " + r.host + " has no address on --network-interface " + in.iface +
+                              " (its addresses: " + list(r.hello.ifaces) + ")",
+                          exit_code::kLaunchFailed);
+    } else {
+      Pair p = cands[i][0];
+      for (const auto& q : cands[i])
+        if (q.launcher == common) {
+          p = q;
+          break;
+        }
+      h.rendezvous_addr = p.launcher;
+      h.host_addr = p.host;
+      h.iface = iface_holding(r.hello.ifaces, p.host);
+    }
+    a.remote[r.host] = h;
+  }
+  if (!in.iface_addr.empty()) {
+    a.bind_addr = a.local.rendezvous_addr = a.local.host_addr = a.master_addr = in.iface_addr;
+    a.local.iface = in.iface;
+  } else if (!in.remotes.empty()) {
+    std::string reach = common.empty() ? a.remote.at(in.remotes[0].host).rendezvous_addr : common;
+    a.bind_addr = common.empty() ? "0.0.0.0" : common;
+    a.local.rendezvous_addr = a.local.host_addr = a.master_addr = reach;
+    a.local.iface = iface_holding(in.local_ifaces, reach);
+  }
+  for (const auto& r : in.remotes)
+    if (r.host == in.rank0_host) {
+      a.master_addr = a.remote.at(r.host).host_addr;
       a.master_port = r.hello.free_port;
     }
   return a;

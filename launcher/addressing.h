@@ -1,27 +1,32 @@
-// Which addresses a job uses, without guessing (pure): the rendezvous listens on
-// --network-interface's address, else on the address the remote hosts reached this
-// machine at (their agents report SSH_CONNECTION), else on loopback for a local job.
-// MASTER_ADDR is rank 0's host's address; each host's data plane uses its own interface
-// on that network.
+// Which addresses a job uses, without guessing and without asking SSH (pure). Every agent
+// reports the addresses it has (and, when its connection says, the two ends of it); the
+// launcher pairs each host with an address of this machine on a network they share:
+//   1. --network-interface: its address, everywhere;
+//   2. the connection's own ends, when known (an agent that dialed back, libssh's socket);
+//   3. an address of this machine and one of the host's on the same subnet;
+//   4. loopback, when the agent shares this machine's network stack.
+// The rendezvous listens on the one launcher address every host can use (else on all).
+// MASTER_ADDR is rank 0's host's address; each host's data plane uses its own interface.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/net.h"
 #include "common/result.h"
-#include "launcher/remote_agent.h"
+#include "launcher/agent_messages.h"
 
 namespace hvdrun {
 
 struct RemoteView {
-  std::string host;  // as written in -H
+  std::string host;  // as written in -H (or the Slurm node)
   AgentHello hello;
 };
 
 struct HostAddressing {
   std::string rendezvous_addr;  // where this host's ranks reach the rendezvous
+  std::string host_addr;        // the host's own address on that network
   std::string iface;            // HVDRUN_IFACE / NCCL_SOCKET_IFNAME there ("" : none)
 };
 
@@ -33,10 +38,14 @@ struct Addressing {
   std::map<std::string, HostAddressing> remote;
 };
 
-// iface/iface_addr: --network-interface and its address ("" when not given).
-// iface_of_addr: the interface holding an address of this machine ("" when none).
-Result<Addressing> plan_addressing(const std::string& iface, const std::string& iface_addr,
-                                   const std::vector<RemoteView>& remotes, const std::string& rank0_host,
-                                   const std::function<std::string(const std::string&)>& iface_of_addr);
+struct AddressingInput {
+  std::string iface, iface_addr;                // --network-interface and its address, or ""
+  std::vector<InterfaceAddress> local_ifaces;   // this machine's addresses
+  std::string local_stack;                      // network_stack_id() here
+  std::vector<RemoteView> remotes;
+  std::string rank0_host;
+};
+
+Result<Addressing> plan_addressing(const AddressingInput& in);
 
 }  // namespace hvdrun

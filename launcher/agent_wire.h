@@ -38,6 +38,7 @@ enum class Type : uint8_t {
   kSignal = 9,
   kHeartbeat = 10,
   kStdin = 11,
+  kAttach = 12,  // agent -> hvdrun, first on a connection the agent dialed (JSON: token, task, node)
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds

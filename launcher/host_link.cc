@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <wordexp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -28,23 +27,6 @@
 extern char** environ;
 
 namespace hvdrun {
-
-Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
-  if (s == "yes") return HostKeyPolicy::kYes;
-  if (s == "accept-new") return HostKeyPolicy::kAcceptNew;
-  if (s == "no") return HostKeyPolicy::kNo;
-  return make_error("--ssh-host-key-checking '" + s + "': expected yes, accept-new or no", 2);
-}
-
-std::string shell_quote(const std::string& w) {
-  if (!w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./-_", c);
-      }))
-    return w;
-  std::string q = "'";
-  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 namespace {
 
@@ -127,6 +109,7 @@ class SshLink : public HostLink {
   }
 
   std::string local_address() const override { return socket_local_address(ssh_get_fd(session_.get())); }
+  std::string peer_address() const override { return socket_peer_address(ssh_get_fd(session_.get())); }
 
  private:
   void drain_stderr() {
@@ -289,6 +272,7 @@ class CommandLink : public HostLink {
   }
 
   std::string local_address() const override { return ""; }
+  std::string peer_address() const override { return ""; }
 
  private:
   // One read of the client's stderr (kept up to kStderrKept bytes); closed at its end.
@@ -308,23 +292,11 @@ class CommandLink : public HostLink {
 
 }  // namespace
 
-Result<std::unique_ptr<HostLink>> open_command_link(const std::string& host, const SshSettings& s,
-                                                    const std::string& command) {
-  // Split as a shell would (quotes, no substitutions).
-  std::vector<std::string> argv;
-  wordexp_t words{};
-  if (wordexp(s.ssh_command.c_str(), &words, WRDE_NOCMD | WRDE_UNDEF) != 0)
-    return make_error("--ssh-command '" + s.ssh_command + "': expected a command line without substitutions", 2);
-  for (size_t i = 0; i < words.we_wordc; ++i) argv.push_back(words.we_wordv[i]);
-  wordfree(&words);
-  if (argv.empty()) return make_error("--ssh-command is empty", 2);
-  if (s.port > 0) argv.insert(argv.end(), {"-p", std::to_string(s.port)});
-  if (!s.identity_file.empty()) argv.insert(argv.end(), {"-i", s.identity_file});
-  argv.push_back(host);
-  argv.push_back(command);
+Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::string>& argv, const std::string& label) {
+  const std::string& host = label;
   const char* path = std::getenv("PATH");
   auto exe = resolve_program(argv[0], path ? path : "");
-  if (!exe) return make_error("--ssh-command: " + exe.error().message, 2);
+  if (!exe) return make_error(host + ": " + exe.error().message, 2);
   int in[2];
   if (pipe2(in, O_CLOEXEC) != 0) return make_error(host + ": pipe: " + std::strerror(errno));
   UniqueFd in_rd(in[0]), in_wr(in[1]);

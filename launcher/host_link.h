@@ -1,6 +1,7 @@
 // A byte stream to `hvdrun --agent` on a remote host: its stdin and stdout, plus what it
-// printed on stderr and its exit status. Two ways in: libssh in-process (SshLink), or an
-// OpenSSH-style client command (--ssh-command) as a child process with pipes.
+// printed on stderr and its exit status. Three ways in: libssh in-process (SshLink), a
+// client command as a child process with pipes (--ssh-command, --launch-command), or a
+// socket the agent dialed back on (srun; launcher/starter.cc).
 #pragma once
 
 #include <memory>
@@ -8,19 +9,18 @@
 #include <string>
 #include <string_view>
 
+#include <vector>
+
 #include "common/result.h"
+#include "launcher/launch_command.h"
 
 namespace hvdrun {
-
-enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
-Result<HostKeyPolicy> parse_host_key_policy(const std::string& s);
 
 struct SshSettings {
   int port = 0;                  // -p; 0: ~/.ssh/config's Port, else 22
   std::string identity_file;     // -i; "": the ssh agent, then config and default keys
   HostKeyPolicy host_key_policy = HostKeyPolicy::kAcceptNew;
   std::string ssh_dir;           // ~/.ssh ($HOME/.ssh): config, known_hosts, default keys
-  std::string ssh_command;       // --ssh-command: launch through this client instead
   double connect_timeout = 30;   // seconds (the start time-out)
 };
 
@@ -37,18 +37,18 @@ class HostLink {
   virtual Result<std::string> read(int timeout_ms) = 0;
   virtual std::string stderr_text() = 0;      // what the remote command printed on stderr
   virtual std::optional<int> exit_status() = 0;  // once the remote command has ended
-  virtual std::string local_address() const = 0;  // this side of the connection, or ""
+  // The connection's two ends when it is a socket of ours: this machine's address and the
+  // host's ("" when unknown, e.g. through a client command).
+  virtual std::string local_address() const = 0;
+  virtual std::string peer_address() const = 0;
 };
 
 // Connects, checks the host key, authenticates and runs `command` on `host`. Errors are
 // one line: "node2:22: connection refused", "...: authentication failed (publickey)".
 Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const SshSettings& s,
                                                 const std::string& command);
-// Runs `s.ssh_command [-p PORT] [-i FILE] host command` with pipes.
-Result<std::unique_ptr<HostLink>> open_command_link(const std::string& host, const SshSettings& s,
-                                                    const std::string& command);
-
-// `word` quoted for a POSIX shell.
-std::string shell_quote(const std::string& word);
+// Runs `argv` (launch_command.h makes it) with pipes to its stdin, stdout and stderr;
+// `label` names the host in messages.
+Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::string>& argv, const std::string& label);
 
 }  // namespace hvdrun

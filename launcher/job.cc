@@ -26,6 +26,7 @@
 #include "launcher/agent.h"
 #include "launcher/local_host.h"
 #include "launcher/remote_host.h"
+#include "launcher/starter.h"
 #include "launcher/log_sink.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
@@ -41,45 +42,6 @@ int fail(const Error& e) {
 
 
 }  // namespace
-
-Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string, std::string>& launcher_env) {
-  JobPlan plan;
-  if (!opts.hosts.empty()) {
-    auto h = parse_host_list(opts.hosts);
-    if (!h) return h.error();
-    plan.hosts = std::move(*h);
-  } else if (!opts.hostfile.empty()) {
-    auto h = read_hostfile(opts.hostfile);
-    if (!h) return h.error();
-    plan.hosts = std::move(*h);
-  } else {
-    plan.hosts = {{"localhost", opts.np}};
-  }
-  auto ranks = assign_ranks(plan.hosts, opts.np);
-  if (!ranks) return ranks.error();
-  plan.ranks = std::move(*ranks);
-  auto env = parse_env_overrides(opts.env, launcher_env);
-  if (!env) return env.error();
-  plan.env_overrides = std::move(*env);
-  return plan;
-}
-
-std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& command) {
-  std::string out;
-  for (const auto& r : plan.ranks) {
-    nlohmann::ordered_json j;
-    j["rank"] = r.rank;
-    j["size"] = r.size;
-    j["local_rank"] = r.local_rank;
-    j["local_size"] = r.local_size;
-    j["cross_rank"] = r.cross_rank;
-    j["cross_size"] = r.cross_size;
-    j["host"] = r.host;
-    j["argv"] = command;
-    out += j.dump() + "\n";
-  }
-  return out;
-}
 
 namespace {
 
@@ -134,8 +96,11 @@ int run_job(const LaunchOptions& opts, char** envp) {
   std::vector<std::string> remote_names;
   std::map<std::string, int> remote_index;  // host -> index in remote_names
   bool any_local = false;
+  // With srun every node runs an agent, this one included (hvdrun may run outside the
+  // allocation, under salloc); otherwise this machine's ranks run here.
+  const bool all_remote = plan->launcher == LauncherKind::kSlurm;
   for (const auto& r : plan->ranks) {
-    if (is_local_host(r.host)) {
+    if (!all_remote && is_local_host(r.host)) {
       any_local = true;
     } else if (!remote_index.count(r.host)) {
       remote_index[r.host] = static_cast<int>(remote_names.size());
@@ -179,33 +144,42 @@ int run_job(const LaunchOptions& opts, char** envp) {
 
   // Every remote host connected, authenticated and its agent started, all at once, before
   // anything starts anywhere.
+  // The starter (declared before the hosts: it outlives their links).
+  std::unique_ptr<AgentStarter> starter;
   std::vector<std::unique_ptr<RemoteHost>> remotes;
   const double heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
   if (!remote_names.empty()) {
+    StarterSettings ss;
+    ss.ssh.port = opts.ssh_port;
+    ss.ssh.identity_file = opts.ssh_identity_file;
+    ss.ssh.host_key_policy = *policy;
+    ss.ssh.ssh_dir = ssh_dir();
+    ss.ssh_command = opts.ssh_command;
+    ss.launch_command = opts.launch_command;
+    ss.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
+    ss.start_timeout = opts.start_timeout;
+    starter = make_starter(plan->launcher, ss);
     RemoteSettings rs;
-    rs.ssh.port = opts.ssh_port;
-    rs.ssh.identity_file = opts.ssh_identity_file;
-    rs.ssh.host_key_policy = *policy;
-    rs.ssh.ssh_dir = ssh_dir();
-    rs.ssh.ssh_command = opts.ssh_command;
-    rs.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
+    rs.remote_hvdrun = ss.remote_hvdrun;
     rs.start_timeout = opts.start_timeout;
     rs.heartbeat_timeout = heartbeat_timeout;
-    for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs));
-    spdlog::debug("connecting to {} remote host(s)", remotes.size());
+    for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs, *starter));
+    spdlog::debug("starting agents on {} host(s) ({})", remotes.size(), launcher_kind_name(plan->launcher));
     auto deadline = deadline_in(opts.start_timeout);
+    if (auto s = starter->begin(remote_names, deadline); !s) return fail(s.error());
     auto errors = on_every_host(remotes, [deadline](size_t, RemoteHost& h) { return h.connect(deadline); });
     if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
   }
 
-  std::vector<RemoteView> views;
-  for (auto& r : remotes) views.push_back({r->host(), r->hello()});
+  AddressingInput ai;
+  ai.iface = opts.network_interface;
+  ai.iface_addr = iface_addr;
+  if (auto all = interface_addresses()) ai.local_ifaces = *all;
+  ai.local_stack = network_stack_id();
+  for (auto& r : remotes) ai.remotes.push_back({r->host(), r->hello()});
   const std::string& rank0_host = plan->ranks[0].host;
-  auto addressing = plan_addressing(opts.network_interface, iface_addr, views, rank0_host,
-                                    [](const std::string& addr) {
-                                      auto i = interface_with_address(addr);
-                                      return i ? *i : std::string();
-                                    });
+  ai.rank0_host = rank0_host;
+  auto addressing = plan_addressing(ai);
   if (!addressing) return fail(addressing.error());
   base.master_addr = addressing->master_addr;
   base.master_port = addressing->master_port;

@@ -57,6 +57,15 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   app.add_option("--ssh-command", o.ssh_command,
                  "Launch remote agents through this client (e.g. 'ssh -o ProxyJump=gw') instead of libssh")
       ->type_name("CMD");
+  app.add_option("--launcher", o.launcher,
+                 "How agents reach the hosts: slurm (srun inside an allocation), ssh, local or command (default: "
+                 "slurm inside an allocation without -H/--hostfile, ssh with them, else local)")
+      ->type_name("KIND")
+      ->check(CLI::IsMember({"slurm", "ssh", "local", "command"}));
+  app.add_option("--launch-command", o.launch_command,
+                 "Start each host's agent with this command ({host} is replaced; without it, '-- HOST' is "
+                 "appended), e.g. 'kubectl exec -i {host} --'; implies --launcher command")
+      ->type_name("TEMPLATE");
   app.add_option("--remote-hvdrun", o.remote_hvdrun, "hvdrun on the remote hosts (default: this hvdrun's own path)")
       ->type_name("PATH");
   app.add_option("--start-timeout", start_timeout_s,
@@ -159,8 +168,6 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   if (o.command.empty()) return make_error("missing command: usage: hvdrun [options] [--] command [args...]", 2);
   if (!o.hosts.empty() && !o.hostfile.empty())
     return make_error("-H/--hosts and --hostfile cannot be used together; give one of them", 2);
-  if (o.hosts.empty() && o.hostfile.empty() && o.np == 0)
-    return make_error("-np is required when no hosts are given (-H or --hostfile)", 2);
   return out;
 }
 

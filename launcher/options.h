@@ -17,6 +17,8 @@ struct LaunchOptions {
   std::string ssh_host_key_checking = "accept-new";  // yes, accept-new or no
   std::string ssh_command;                           // launch through this client instead of libssh
   std::string remote_hvdrun;                         // hvdrun on the remote hosts; "": our own path
+  std::string launcher;        // --launcher slurm|ssh|local|command; "": chosen from the rest
+  std::string launch_command;  // --launch-command: 'kubectl exec -i {host} --'
   double start_timeout = 30;
   double kill_grace = 5;
   std::string network_interface;

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "common/deadline.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
+#include "common/tunables.h"
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
 #include "launcher/async_writer.h"
@@ -27,58 +29,6 @@
 #include "launcher/watchdog.h"
 
 namespace hvdrun {
-
-std::string encode_job(const AgentJob& job) {
-  nlohmann::json j;
-  j["host"] = job.host;
-  j["cwd"] = job.cwd;
-  j["kill_grace"] = job.kill_grace;
-  j["heartbeat_timeout"] = job.heartbeat_timeout;
-  j["stdin"] = job.stdin_to_rank0;
-  j["ranks"] = nlohmann::json::array();
-  for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
-  return j.dump();
-}
-
-Result<AgentJob> decode_job(const std::string& text) {
-  try {
-    auto j = nlohmann::json::parse(text);
-    AgentJob job;
-    job.host = j.at("host").get<std::string>();
-    job.cwd = j.at("cwd").get<std::string>();
-    job.kill_grace = j.at("kill_grace").get<double>();
-    job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
-    job.stdin_to_rank0 = j.at("stdin").get<bool>();
-    for (const auto& r : j.at("ranks"))
-      job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
-                           r.at("env").get<std::vector<std::string>>()});
-    if (job.ranks.empty() || job.ranks[0].argv.empty()) return make_error("job without ranks or command");
-    return job;
-  } catch (const std::exception& e) {
-    return make_error(std::string("bad job description: ") + e.what());
-  }
-}
-
-std::string encode_hello(const AgentHello& h) {
-  return nlohmann::json{{"launcher_addr", h.launcher_addr}, {"host_addr", h.host_addr}, {"host_iface", h.host_iface},
-                        {"free_port", h.free_port}, {"version", h.version}}
-      .dump();
-}
-
-Result<AgentHello> decode_hello(const std::string& text) {
-  try {
-    auto j = nlohmann::json::parse(text);
-    AgentHello h;
-    h.launcher_addr = j.at("launcher_addr").get<std::string>();
-    h.host_addr = j.at("host_addr").get<std::string>();
-    h.host_iface = j.at("host_iface").get<std::string>();
-    h.free_port = j.at("free_port").get<int>();
-    h.version = j.at("version").get<std::string>();
-    return h;
-  } catch (const std::exception& e) {
-    return make_error(std::string("bad hello from the agent: ") + e.what());
-  }
-}
 
 namespace {
 
@@ -88,16 +38,18 @@ using agentwire::Type;
 // ends the job on this host.
 class LauncherLink {
  public:
+  explicit LauncherLink(int fd) : fd_(fd) {}
   bool send(const std::string& frame) {
     std::lock_guard<std::mutex> lk(mu_);
     if (broken_) return false;
-    // stdout is sshd's pipe: blocking writes pace us. EPIPE: the launcher's side is gone.
-    if (!write_all(1, frame)) broken_ = true;
+    // sshd's pipe or our socket: blocking writes pace us. EPIPE: the launcher's side is gone.
+    if (!write_all(fd_, frame)) broken_ = true;
     return !broken_;
   }
   bool send(Type t, std::string_view payload) { return send(agentwire::encode(t, payload)); }
 
  private:
+  int fd_;
   std::mutex mu_;
   bool broken_ = false;
 };
@@ -120,44 +72,109 @@ class FramedSink : public OutputSink {
   LauncherLink& link_;
 };
 
-// Reads one frame from stdin, waiting at most `seconds`. EOF or an error: nullopt.
-std::optional<agentwire::Frame> read_frame(agentwire::FrameReader& reader, double seconds) {
+// Reads one frame from `fd`, waiting at most `seconds`. EOF or an error: nullopt.
+std::optional<agentwire::Frame> read_frame(int fd, agentwire::FrameReader& reader, double seconds) {
   auto deadline = deadline_in(seconds);
   char buf[65536];
   while (true) {
     if (auto f = reader.next()) return f;
-    pollfd p{0, POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     int ms = ms_until(deadline);
     if (ms <= 0) return std::nullopt;
     int n = poll(&p, 1, ms);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return std::nullopt;
-    ssize_t r = read(0, buf, sizeof buf);
+    ssize_t r = read(fd, buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return std::nullopt;
     if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)))) return std::nullopt;
   }
 }
 
+std::string node_name() {
+  std::string n = tunable_string("SLURMD_NODENAME");
+  if (!n.empty()) return n;
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 ? buf : "";
+}
+
+// Started by srun: connect back to hvdrun ("PORT ADDR,ADDR,..." in HVDRUN_AGENT_CONNECT),
+// trying the addresses on a network this host shares first, loopback only when this host
+// shares hvdrun's network stack; then prove the job's token (kAttach).
+Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node) {
+  auto parts = split(spec, ' ');
+  if (parts.size() != 2) return make_error("HVDRUN_AGENT_CONNECT '" + spec + "': expected 'PORT ADDR,...'");
+  auto port = parse_int(parts[0], "HVDRUN_AGENT_CONNECT port", 1, 65535);
+  if (!port) return port.error();
+  auto mine = interface_addresses();
+  std::vector<InterfaceAddress> own = mine ? *mine : std::vector<InterfaceAddress>{};
+  bool same_stack = !tunable_string("HVDRUN_AGENT_STACK").empty() && tunable_string("HVDRUN_AGENT_STACK") == network_stack_id();
+  std::vector<std::string> near, far;
+  for (const auto& addr : split(parts[1], ',')) {
+    if (addr.rfind("127.", 0) == 0) {
+      if (same_stack) far.push_back(addr);
+      continue;
+    }
+    bool shared = std::any_of(own.begin(), own.end(), [&](const InterfaceAddress& a) {
+      return !a.v6 && a.addr.rfind("127.", 0) != 0 && same_subnet(a.addr, addr, a.prefix);
+    });
+    (shared ? near : far).push_back(addr);
+  }
+  near.insert(near.end(), far.begin(), far.end());
+  std::string tried;
+  for (const auto& addr : near) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(*port));
+    if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) continue;
+    auto fd = connect_tcp(reinterpret_cast<sockaddr*>(&sa), sizeof sa, deadline_in(3));
+    if (!fd) {
+      tried += (tried.empty() ? "" : ", ") + addr + " (" + fd.error().message + ")";
+      continue;
+    }
+    int fl = fcntl(fd->get(), F_GETFL);
+    fcntl(fd->get(), F_SETFL, fl & ~O_NONBLOCK);
+    AgentAttach att;
+    att.token = tunable_string("HVDRUN_AGENT_TOKEN");
+    att.task = static_cast<int>(tunable_int("SLURM_PROCID"));
+    att.node = node;
+    if (!write_all(fd->get(), agentwire::encode(Type::kAttach, encode_attach(att))))
+      return make_error("lost the connection to hvdrun at " + addr);
+    return std::move(*fd);
+  }
+  return make_error("cannot reach hvdrun on port " + parts[0] + " at any of its addresses: " +
+                    (tried.empty() ? "none usable from here" : tried));
+}
 
 }  // namespace
 
 int run_agent_mode() {
-  if (isatty(1) || isatty(0)) {
-    std::fprintf(stderr, "hvdrun: --agent is what hvdrun starts on remote hosts over SSH; it speaks a binary "
-                         "protocol on stdin/stdout and is not for a terminal\n");
+  std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
+  std::string node = node_name();
+  UniqueFd sock;
+  int in_fd = 0, out_fd = 1;
+  if (!dial.empty()) {
+    auto s = dial_launcher(dial, node);
+    if (!s) {
+      std::fprintf(stderr, "hvdrun --agent on %s: %s\n", node.c_str(), s.error().message.c_str());
+      return 1;
+    }
+    sock = std::move(*s);
+    in_fd = out_fd = sock.get();
+  } else if (isatty(1) || isatty(0)) {
+    std::fprintf(stderr, "hvdrun: --agent is what hvdrun starts on remote hosts (over SSH, a launch command or "
+                         "srun); it speaks a binary protocol on stdin/stdout and is not for a terminal\n");
     return 2;
   }
-  LauncherLink link;
+  LauncherLink link(out_fd);
   AgentHello hello;
   hello.version = HVDRUN_VERSION_STRING;
-  if (const char* conn = std::getenv("SSH_CONNECTION")) {
-    auto parts = split(conn, ' ');
-    if (parts.size() >= 3) {
-      hello.launcher_addr = parts[0];
-      hello.host_addr = parts[2];
-      if (auto i = interface_with_address(parts[2])) hello.host_iface = *i;
-    }
+  hello.node = node;
+  hello.network_stack = network_stack_id();
+  if (auto all = interface_addresses()) hello.ifaces = *all;
+  if (sock.valid()) {
+    hello.launcher_addr = socket_peer_address(sock.get());
+    hello.host_addr = socket_local_address(sock.get());
   }
   auto port = free_tcp_port();
   hello.free_port = port ? *port : 0;
@@ -165,7 +182,7 @@ int run_agent_mode() {
 
   agentwire::FrameReader reader;
   // The launcher sends the job once every host has said hello: it may wait for the slowest.
-  auto jf = read_frame(reader, 3600);
+  auto jf = read_frame(in_fd, reader, 3600);
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
@@ -187,7 +204,7 @@ int run_agent_mode() {
   if (!watchdog) return setup_error(watchdog.error().message, 3);
   if (!link.send(Type::kReady, "")) return 1;
 
-  auto sf = read_frame(reader, 3600);
+  auto sf = read_frame(in_fd, reader, 3600);
   if (!sf || sf->type != Type::kStart) {
     watchdog->disarm();
     return 0;  // the launcher stopped before the start: nothing was started
@@ -215,9 +232,9 @@ int run_agent_mode() {
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
   // connection) is gone.
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
-  std::thread control([&agent, &reader, silence, grace, stdin_writer] {
+  std::thread control([&agent, &reader, in_fd, silence, grace, stdin_writer] {
     while (true) {
-      auto f = read_frame(reader, silence);
+      auto f = read_frame(in_fd, reader, silence);
       if (!f) break;
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
       if (f->type == Type::kStdin && stdin_writer) {
@@ -251,6 +268,9 @@ int run_agent_mode() {
   AgentResult res = agent.run(std::move(launches));
   watchdog->disarm();
   link.send(Type::kDone, nlohmann::json{{"code", res.exit_code}}.dump());
+  // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
+  // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
+  if (sock.valid()) return 0;
   return res.exit_code;
 }
 

@@ -10,14 +10,14 @@
 #include "common/socket_io.h"
 #include "common/strings.h"
 #include "hvdrun_version.h"
-#include "launcher/job.h"
+#include "launcher/plan.h"
 
 namespace hvdrun {
 
 using agentwire::Type;
 
-RemoteHost::RemoteHost(std::string host, RemoteSettings settings)
-    : host_(std::move(host)), settings_(std::move(settings)) {}
+RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
+    : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
 
 RemoteHost::~RemoteHost() {
   join();
@@ -25,10 +25,7 @@ RemoteHost::~RemoteHost() {
 }
 
 Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
-  std::string command = "exec " + shell_quote(settings_.remote_hvdrun) + " --agent";
-  SshSettings ssh = settings_.ssh;
-  ssh.connect_timeout = std::max(0.001, std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count());
-  auto link = ssh.ssh_command.empty() ? open_ssh_link(host_, ssh, command) : open_command_link(host_, ssh, command);
+  auto link = starter_.open(host_, deadline);
   if (!link) return link.error();
   link_ = std::move(*link);
   auto f = next_frame(deadline);
@@ -41,7 +38,11 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
     return make_error(link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
                           ", this one " + HVDRUN_VERSION_STRING + "; install the same version on every host",
                       exit_code::kLaunchFailed);
-  if (hello_.launcher_addr.empty()) hello_.launcher_addr = link_->local_address();
+  // Our own socket's two ends, when the link is one, say exactly how this host reaches us.
+  if (std::string l = link_->local_address(), p = link_->peer_address(); !l.empty() && !p.empty()) {
+    hello_.launcher_addr = l;
+    hello_.host_addr = p;
+  }
   return {};
 }
 

@@ -17,23 +17,25 @@
 #include "launcher/agent.h"
 #include "launcher/host_link.h"
 #include "launcher/output_sink.h"
-#include "launcher/remote_agent.h"
+#include "launcher/agent_messages.h"
+#include "launcher/agent_wire.h"
+#include "launcher/starter.h"
 
 namespace hvdrun {
 
 struct RemoteSettings {
-  SshSettings ssh;
-  std::string remote_hvdrun;  // the agent's executable on the remote host
+  std::string remote_hvdrun;  // the agent's executable on the remote host (for messages)
   double start_timeout = 30;
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
 };
 
 class RemoteHost : public RemoteControl {
  public:
-  RemoteHost(std::string host, RemoteSettings settings);
+  // `starter` outlives this host.
+  RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter);
   ~RemoteHost() override;
 
-  // Connects, authenticates and starts the agent; waits for its hello, all by `deadline`
+  // Starts the agent (through the starter); waits for its hello, all by `deadline`
   // (the start time-out). One-line errors that name the host.
   Status connect(std::chrono::steady_clock::time_point deadline);
   const AgentHello& hello() const { return hello_; }
@@ -66,6 +68,7 @@ class RemoteHost : public RemoteControl {
 
   std::string host_;
   RemoteSettings settings_;
+  AgentStarter& starter_;
   std::unique_ptr<HostLink> link_;
   agentwire::FrameReader reader_;
   AgentHello hello_;

@@ -474,3 +474,50 @@ TEST(Cluster, LargeStdinArrivesWholeOrIsDroppedWhenRankZeroStopsReading) {
   ASSERT_FALSE(partial.timed_out) << "unread stdin held the job";
   EXPECT_EQ(partial.exit_code, 0) << partial.err;
 }
+
+// A stand-in for `kubectl exec -i POD -- CMD...`: runs CMD (argv words, no shell) inside
+// the test host's network namespace, relaying stdin and stdout, as kubectl does for a pod.
+std::string exec_standin() {
+  std::string path = Cluster::dir() + "/fake-kubectl";
+  std::ofstream(path) << "#!/bin/sh\n# fake-kubectl exec -i HOST -- CMD...\n[ \"$1\" = exec ] && [ \"$2\" = -i ] || exit 64\n"
+                         "host=$3; shift 3; [ \"$1\" = -- ] && shift\n"
+                         "case $host in h[0-9]) ;; *) echo \"fake-kubectl: no pod $host\" >&2; exit 1;; esac\n"
+                         "exec ip netns exec hvd$host \"$@\"\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+TEST(Cluster, CommandTemplateLaunchesLikeKubectlExecWithTheRightAddresses) {
+  REQUIRE_CLUSTER();
+  // No SSH anywhere: the agents report their own addresses; MASTER_ADDR is rank 0's host's.
+  auto o = hvdrun({"-np", "3", "-H", "h2:2,h1:1", "--launcher", "command", "--launch-command",
+                   exec_standin() + " exec -i {host} --", "sh", "-c",
+                   "echo $MASTER_ADDR $HVDRUN_RENDEZVOUS_ADDR $HVDRUN_IFACE $NCCL_SOCKET_IFNAME $(readlink /proc/self/ns/net)"});
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:10.250.0.12 10.250.0.1 eth0 eth0 " + Cluster::netns("h2") + "\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[2]<stdout>:10.250.0.12 10.250.0.1 eth0 eth0 " + Cluster::netns("h1") + "\n"), std::string::npos) << o.out;
+  auto c = hvdrun({"-np", "4", "-H", "h3:2,h4:2", "--launch-command", exec_standin() + " exec -i {host} --", kColl, "check"}, 180);
+  ASSERT_FALSE(c.timed_out);
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("rank 3 checked"), std::string::npos) << c.out;
+  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 10)) << leftovers();
+}
+
+TEST(Cluster, CommandTemplateThatCannotReachAHostNamesIt) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "2", "-H", "h1:1,nopod:1", "--launch-command", exec_standin() + " exec -i {host} --", "true"}, 60);
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: nopod: the agent closed its output (exit 1): fake-kubectl: no pod nopod"), std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("nothing was started on any host"), std::string::npos) << o.err;
+}
+
+TEST(Cluster, SshCommandGivesTheRightMasterAddrToo) {
+  REQUIRE_CLUSTER();
+  auto o = hvdrun({"-np", "2", "-H", "h2:1,h1:1", "--ssh-command", openssh_command(), "sh", "-c",
+                   "echo $MASTER_ADDR $HVDRUN_RENDEZVOUS_ADDR $GLOO_SOCKET_IFNAME"});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:10.250.0.12 10.250.0.1 eth0\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:10.250.0.12 10.250.0.1 eth0\n"), std::string::npos) << o.out;
+}

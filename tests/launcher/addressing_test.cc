@@ -5,20 +5,32 @@
 namespace hvdrun {
 namespace {
 
-std::string iface_of(const std::string& addr) { return addr == "10.0.0.1" ? "ib0" : addr == "192.168.1.1" ? "eth1" : ""; }
+// This machine: loopback, 10.0.0.1/24 on ib0, 192.168.1.1/24 on eth1.
+const std::vector<InterfaceAddress> kLocal = {
+    {"lo", "127.0.0.1", false, 8}, {"ib0", "10.0.0.1", false, 24}, {"eth1", "192.168.1.1", false, 24}};
 
-RemoteView host(const std::string& name, const std::string& launcher, const std::string& self, const std::string& iface,
-                int port) {
+RemoteView host(const std::string& name, std::vector<InterfaceAddress> ifaces, int port = 5000,
+                const std::string& stack = "other") {
   AgentHello h;
-  h.launcher_addr = launcher;
-  h.host_addr = self;
-  h.host_iface = iface;
+  h.version = "x";
+  h.ifaces = std::move(ifaces);
+  h.ifaces.insert(h.ifaces.begin(), {"lo", "127.0.0.1", false, 8});
   h.free_port = port;
+  h.network_stack = stack;
   return {name, h};
 }
 
+AddressingInput input(std::vector<RemoteView> remotes, const std::string& rank0 = "localhost") {
+  AddressingInput in;
+  in.local_ifaces = kLocal;
+  in.local_stack = "here";
+  in.remotes = std::move(remotes);
+  in.rank0_host = rank0;
+  return in;
+}
+
 TEST(Addressing, LocalJobStaysOnLoopback) {
-  auto a = plan_addressing("", "", {}, "localhost", iface_of);
+  auto a = plan_addressing(input({}));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->bind_addr, "127.0.0.1");
   EXPECT_EQ(a->master_addr, "127.0.0.1");
@@ -27,29 +39,52 @@ TEST(Addressing, LocalJobStaysOnLoopback) {
   EXPECT_EQ(a->local.iface, "");
 }
 
-TEST(Addressing, RemoteHostsUseTheAddressTheySeeUsAt) {
-  auto a = plan_addressing("", "", {host("n1", "10.0.0.1", "10.0.0.11", "ib0", 5001), host("n2", "10.0.0.1", "10.0.0.12", "eth3", 5002)},
-                           "localhost", iface_of);
-  ASSERT_TRUE(a.ok());
+TEST(Addressing, HostsArePairedWithUsOnTheSubnetWeShare) {
+  // No SSH, no connection ends: only the addresses each side has (a kubectl-exec launch).
+  auto a = plan_addressing(input({host("n1", {{"ib0", "10.0.0.11", false, 24}}, 5001),
+                                  host("n2", {{"eth3", "10.0.0.12", false, 24}, {"docker0", "172.17.0.1", false, 16}}, 5002)}));
+  ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->bind_addr, "10.0.0.1");
   EXPECT_EQ(a->local.rendezvous_addr, "10.0.0.1");
   EXPECT_EQ(a->local.iface, "ib0");
   EXPECT_EQ(a->remote.at("n2").rendezvous_addr, "10.0.0.1");
+  EXPECT_EQ(a->remote.at("n2").host_addr, "10.0.0.12");
   EXPECT_EQ(a->remote.at("n2").iface, "eth3");  // each host's own interface name
   EXPECT_EQ(a->master_addr, "10.0.0.1");
   EXPECT_EQ(a->master_port, 0);
 }
 
 TEST(Addressing, RankZeroOnARemoteHostIsTheMaster) {
-  auto a = plan_addressing("", "", {host("n1", "10.0.0.1", "10.0.0.11", "ib0", 5001)}, "n1", iface_of);
+  auto a = plan_addressing(input({host("n1", {{"ib0", "10.0.0.11", false, 24}}, 5001)}, "n1"));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->master_addr, "10.0.0.11");
   EXPECT_EQ(a->master_port, 5001);
 }
 
-TEST(Addressing, HostsThatSeeUsOnDifferentAddressesGetTheirOwn) {
-  auto a = plan_addressing("", "", {host("n1", "10.0.0.1", "10.0.0.11", "ib0", 1), host("n2", "192.168.1.1", "192.168.1.2", "eth0", 2)},
-                           "n2", iface_of);
+TEST(Addressing, TheConnectionsOwnEndsWin) {
+  RemoteView v = host("n1", {{"ib0", "10.0.0.11", false, 24}, {"eth0", "192.168.1.5", false, 24}}, 7, "other");
+  v.hello.launcher_addr = "192.168.1.1";
+  v.hello.host_addr = "192.168.1.5";
+  auto a = plan_addressing(input({v}, "n1"));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->bind_addr, "192.168.1.1");
+  EXPECT_EQ(a->remote.at("n1").iface, "eth0");
+  EXPECT_EQ(a->master_addr, "192.168.1.5");
+}
+
+TEST(Addressing, OneLauncherAddressForAllWhenThereIsOne) {
+  // n1 shares both networks with us, n2 only the second: both use the second.
+  auto a = plan_addressing(input({host("n1", {{"ib0", "10.0.0.11", false, 24}, {"eth0", "192.168.1.11", false, 24}}),
+                                  host("n2", {{"eth0", "192.168.1.12", false, 24}})}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->bind_addr, "192.168.1.1");
+  EXPECT_EQ(a->remote.at("n1").host_addr, "192.168.1.11");
+}
+
+TEST(Addressing, HostsOnDifferentNetworksGetTheirOwn) {
+  auto a = plan_addressing(input({host("n1", {{"ib0", "10.0.0.11", false, 24}}, 1),
+                                  host("n2", {{"eth0", "192.168.1.2", false, 24}}, 2)},
+                                 "n2"));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->bind_addr, "0.0.0.0");
   EXPECT_EQ(a->remote.at("n1").rendezvous_addr, "10.0.0.1");
@@ -57,21 +92,34 @@ TEST(Addressing, HostsThatSeeUsOnDifferentAddressesGetTheirOwn) {
   EXPECT_EQ(a->master_addr, "192.168.1.2");
 }
 
+TEST(Addressing, LoopbackOnlyForTheSameNetworkStack) {
+  // Two agents on this machine's own network stack (Slurm nodes of a test cluster).
+  auto a = plan_addressing(input({host("n1", {}, 1, "here"), host("n2", {}, 2, "here")}, "n1"));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->bind_addr, "127.0.0.1");
+  EXPECT_EQ(a->master_addr, "127.0.0.1");
+  EXPECT_EQ(a->remote.at("n2").iface, "lo");
+  // Another machine's loopback is not ours.
+  auto b = plan_addressing(input({host("n1", {{"eth0", "172.30.0.5", false, 16}}, 1, "elsewhere")}));
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("cannot tell which address of this machine n1 reaches: no network in common "
+                                   "(its addresses: 172.30.0.5/16; this machine's: 10.0.0.1/24, 192.168.1.1/24); "
+                                   "pass --network-interface"),
+            std::string::npos)
+      << b.error().message;
+}
+
 TEST(Addressing, NetworkInterfaceWinsEverywhere) {
-  auto a = plan_addressing("eth1", "192.168.1.1", {host("n1", "10.0.0.1", "10.0.0.11", "ib0", 1)}, "localhost", iface_of);
+  auto in = input({host("n1", {{"ib0", "10.0.0.11", false, 24}, {"eth1", "192.168.1.7", false, 24}}, 1)}, "n1");
+  in.iface = "eth1";
+  in.iface_addr = "192.168.1.1";
+  auto a = plan_addressing(in);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->bind_addr, "192.168.1.1");
   EXPECT_EQ(a->remote.at("n1").rendezvous_addr, "192.168.1.1");
   EXPECT_EQ(a->remote.at("n1").iface, "eth1");
   EXPECT_EQ(a->local.iface, "eth1");
-  EXPECT_EQ(a->master_addr, "192.168.1.1");
-}
-
-TEST(Addressing, AHostThatCannotSayIsAnError) {
-  auto a = plan_addressing("", "", {host("n1", "", "", "", 1)}, "localhost", iface_of);
-  ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.error().message.find("cannot tell which address of this machine n1 reaches; pass --network-interface"),
-            std::string::npos);
+  EXPECT_EQ(a->master_addr, "192.168.1.7");
 }
 
 }  // namespace

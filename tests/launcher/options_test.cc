@@ -67,7 +67,7 @@ TEST(Options, UsageErrorsAreOneLineExitTwo) {
       {{"-np", "abc", "true"}, "-np 'abc': expected an integer"},
       {{"-np", "0", "true"}, "-np '0': expected an integer from 1"},
       {{"-np", "2"}, "missing command"},
-      {{"true"}, "-np is required"},
+      {{"-np", "1", "--launcher", "pbs", "true"}, "pbs"},
       {{"-H", "a", "--hostfile", "f", "true"}, "cannot be used together"},
       {{"--bogus", "true"}, "unknown option '--bogus'"},
       {{"-np", "1", "--start-timeout", "soon", "true"}, "--start-timeout 'soon': expected a number"},

@@ -1,0 +1,80 @@
+#include "launcher/launch_command.h"
+
+#include <wordexp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+namespace hvdrun {
+
+Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
+  if (s == "yes") return HostKeyPolicy::kYes;
+  if (s == "accept-new") return HostKeyPolicy::kAcceptNew;
+  if (s == "no") return HostKeyPolicy::kNo;
+  return make_error("--ssh-host-key-checking '" + s + "': expected yes, accept-new or no", 2);
+}
+
+std::string shell_quote(const std::string& w) {
+  if (!w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./-_", c);
+      }))
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result<std::vector<std::string>> split_command_line(const std::string& line, const std::string& what) {
+  std::vector<std::string> argv;
+  wordexp_t words{};
+  if (wordexp(line.c_str(), &words, WRDE_NOCMD | WRDE_UNDEF) != 0)
+    return make_error(what + " '" + line + "': expected a command line without substitutions", 2);
+  for (size_t i = 0; i < words.we_wordc; ++i) argv.push_back(words.we_wordv[i]);
+  wordfree(&words);
+  if (argv.empty()) return make_error(what + " is empty", 2);
+  return argv;
+}
+
+Result<std::vector<std::string>> ssh_command_argv(const std::string& ssh_command, int port,
+                                                  const std::string& identity_file, const std::string& host,
+                                                  const std::string& remote_hvdrun) {
+  auto argv = split_command_line(ssh_command, "--ssh-command");
+  if (!argv) return argv.error();
+  if (port > 0) argv->insert(argv->end(), {"-p", std::to_string(port)});
+  if (!identity_file.empty()) argv->insert(argv->end(), {"-i", identity_file});
+  argv->insert(argv->end(), {"--", host, "exec " + shell_quote(remote_hvdrun) + " --agent"});
+  return argv;
+}
+
+Result<std::vector<std::string>> template_argv(const std::string& launch_command, const std::string& host,
+                                               const std::string& remote_hvdrun) {
+  // {host} is marked before splitting (a shell splitter refuses braces), placed after.
+  const std::string mark = "\x01host\x01";
+  std::string marked = launch_command;
+  for (size_t at = marked.find("{host}"); at != std::string::npos; at = marked.find("{host}", at + mark.size()))
+    marked.replace(at, 6, mark);
+  auto argv = split_command_line(marked, "--launch-command");
+  if (!argv) return make_error("--launch-command '" + launch_command + "': expected a command line without substitutions", 2);
+  bool placed = false;
+  for (auto& w : *argv)
+    for (size_t at = w.find(mark); at != std::string::npos; at = w.find(mark, at + host.size())) {
+      w.replace(at, mark.size(), host);
+      placed = true;
+    }
+  if (!placed) argv->insert(argv->end(), {"--", host});
+  argv->insert(argv->end(), {remote_hvdrun, "--agent"});
+  return argv;
+}
+
+std::vector<std::string> srun_argv(const std::vector<std::string>& nodes, const std::string& remote_hvdrun) {
+  std::string n = std::to_string(nodes.size()), list;
+  for (const auto& h : nodes) list += (list.empty() ? "" : ",") + h;
+  // As Open MPI's plm/slurm starts its daemons: no PMI, no binding (the ranks are the
+  // agents' children and would inherit it), a task dying badly ends the step.
+  return {"srun",          "--nodes=" + n,        "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+          "--nodelist=" + list, "--mpi=none", "--cpu-bind=none", "--input=none", "--label",
+          "--job-name=hvdrun-agents", "--", remote_hvdrun, "--agent"};
+}
+
+}  // namespace hvdrun

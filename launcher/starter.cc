@@ -1,0 +1,345 @@
+#include "launcher/starter.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "common/net.h"
+#include "common/socket_io.h"
+#include "common/strings.h"
+#include "common/unique_fd.h"
+#include "launcher/agent_messages.h"
+#include "launcher/agent_wire.h"
+#include "launcher/launch_command.h"
+#include "launcher/spawn.h"
+
+extern char** environ;
+
+namespace hvdrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class SshStarter : public AgentStarter {
+ public:
+  explicit SshStarter(StarterSettings s) : s_(std::move(s)) {}
+  Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point deadline) override {
+    if (!s_.ssh_command.empty()) {
+      auto argv = ssh_command_argv(s_.ssh_command, s_.ssh.port, s_.ssh.identity_file, host, s_.remote_hvdrun);
+      if (!argv) return argv.error();
+      return open_command_link(*argv, host);
+    }
+    SshSettings ssh = s_.ssh;
+    ssh.connect_timeout = std::max(0.001, std::chrono::duration<double>(deadline - Clock::now()).count());
+    return open_ssh_link(host, ssh, "exec " + shell_quote(s_.remote_hvdrun) + " --agent");
+  }
+
+ private:
+  StarterSettings s_;
+};
+
+class TemplateStarter : public AgentStarter {
+ public:
+  explicit TemplateStarter(StarterSettings s) : s_(std::move(s)) {}
+  Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point) override {
+    auto argv = template_argv(s_.launch_command, host, s_.remote_hvdrun);
+    if (!argv) return argv.error();
+    return open_command_link(*argv, host);
+  }
+
+ private:
+  StarterSettings s_;
+};
+
+// What the srun child printed, by task (srun --label: "3: text"); srun's own lines go
+// with task 0's, as the first host's.
+struct SrunOutput {
+  std::mutex mu;
+  std::vector<std::string> by_task;
+  std::string own;
+  void add_line(const std::string& line) {
+    std::lock_guard<std::mutex> lk(mu);
+    size_t colon = line.find(": ");
+    if (colon != std::string::npos && colon > 0 && colon < 8) {
+      std::string id = line.substr(0, colon);
+      id.erase(0, id.find_first_not_of(' '));
+      auto n = parse_int(id, "task", 0, 1 << 24);
+      if (n && static_cast<size_t>(*n) < by_task.size()) {
+        if (by_task[*n].size() < (64u << 10)) by_task[*n] += line.substr(colon + 2) + "\n";
+        return;
+      }
+    }
+    if (own.size() < (64u << 10)) own += line + "\n";
+  }
+  std::string text(int task) {
+    std::lock_guard<std::mutex> lk(mu);
+    std::string t = task >= 0 && static_cast<size_t>(task) < by_task.size() ? by_task[task] : "";
+    return task == 0 ? own + t : t;
+  }
+  std::string last_line() {
+    std::lock_guard<std::mutex> lk(mu);
+    std::string all = own;
+    for (const auto& t : by_task) all += t;
+    while (!all.empty() && all.back() == '\n') all.pop_back();
+    size_t nl = all.rfind('\n');
+    return nl == std::string::npos ? all : all.substr(nl + 1);
+  }
+};
+
+// The stream to an agent that dialed back: a connected TCP socket.
+class SocketLink : public HostLink {
+ public:
+  SocketLink(UniqueFd fd, std::string label, std::shared_ptr<SrunOutput> out, int task)
+      : fd_(std::move(fd)), label_(std::move(label)), out_(std::move(out)), task_(task) {}
+  const std::string& label() const override { return label_; }
+  Status write(std::string_view data) override {
+    if (auto s = write_all(fd_.get(), data); !s) return make_error(label_ + ": connection lost (" + s.error().message + ")");
+    return {};
+  }
+  size_t write_room() override {
+    pollfd p{fd_.get(), POLLOUT, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT) ? 4096 : 0;
+  }
+  Result<std::string> read(int timeout_ms) override {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    char buf[65536];
+    while (true) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      int n = poll(&p, 1, ms_until(deadline));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::string();
+      ssize_t r = ::read(fd_.get(), buf, sizeof buf);
+      if (r > 0) return std::string(buf, static_cast<size_t>(r));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return make_error(label_ + ": connection lost (" + std::strerror(errno) + ")");
+      return make_error(label_ + ": the agent closed its output", kPeerClosed);
+    }
+  }
+  std::string stderr_text() override { return out_->text(task_); }
+  std::optional<int> exit_status() override { return std::nullopt; }
+  std::string local_address() const override { return socket_local_address(fd_.get()); }
+  std::string peer_address() const override { return socket_peer_address(fd_.get()); }
+
+ private:
+  UniqueFd fd_;
+  std::string label_;
+  std::shared_ptr<SrunOutput> out_;
+  int task_;
+};
+
+// One `srun` step with one agent per node; the agents connect back to a socket of ours.
+class SrunStarter : public AgentStarter {
+ public:
+  explicit SrunStarter(StarterSettings s) : s_(std::move(s)), out_(std::make_shared<SrunOutput>()) {}
+  ~SrunStarter() override {
+    stop_ = true;
+    if (accept_thread_.joinable()) accept_thread_.join();
+    end_srun();
+    if (output_thread_.joinable()) output_thread_.join();
+  }
+
+  Status begin(const std::vector<std::string>& hosts, Clock::time_point deadline) override {
+    hosts_ = hosts;
+    out_->by_task.assign(hosts.size(), "");
+    UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    int one = 1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    socklen_t len = sizeof a;
+    if (!l.valid() || setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1024) != 0 ||
+        getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      return make_error(std::string("srun launch: cannot listen for the agents: ") + std::strerror(errno), 3);
+    listen_ = std::move(l);
+    unsigned char raw[32];
+    if (RAND_bytes(raw, sizeof raw) != 1) return make_error("srun launch: no random bytes for the agents' token", 3);
+    token_ = to_hex(raw, sizeof raw);
+    // The addresses the agents may reach us at: every one of ours (loopback last; an agent
+    // tries it only when it shares this machine's network stack).
+    std::string addrs;
+    if (auto all = interface_addresses())
+      for (const auto& i : *all)
+        if (!i.v6 && i.addr.rfind("127.", 0) != 0) addrs += (addrs.empty() ? "" : ",") + i.addr;
+    addrs += std::string(addrs.empty() ? "" : ",") + "127.0.0.1";
+
+    auto argv = srun_argv(hosts, s_.remote_hvdrun);
+    const char* path = std::getenv("PATH");
+    auto exe = resolve_program(argv[0], path ? path : "");
+    if (!exe) return make_error("--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)", 3);
+    SpawnRequest req;
+    req.exe = *exe;
+    req.argv = argv;
+    for (char** e = environ; *e; ++e)
+      if (!starts_with(*e, "HVDRUN_AGENT_")) req.env.push_back(*e);
+    req.env.push_back("HVDRUN_AGENT_CONNECT=" + std::to_string(ntohs(a.sin_port)) + " " + addrs);
+    req.env.push_back("HVDRUN_AGENT_TOKEN=" + token_);
+    req.env.push_back("HVDRUN_AGENT_STACK=" + network_stack_id());
+    auto spawned = spawn_worker(req);
+    if (!spawned) return make_error("--launcher slurm: cannot start srun: " + spawned.error().message, 3);
+    pid_ = spawned->pid;
+    output_thread_ = std::thread([out = out_, o = std::move(spawned->out), e = std::move(spawned->err)]() mutable {
+      std::string part[2];
+      UniqueFd* fds[2] = {&o, &e};
+      while (o.valid() || e.valid()) {
+        pollfd p[2] = {{o.valid() ? o.get() : -1, POLLIN, 0}, {e.valid() ? e.get() : -1, POLLIN, 0}};
+        if (poll(p, 2, 1000) < 0 && errno != EINTR) break;
+        for (int i = 0; i < 2; ++i) {
+          if (!p[i].revents) continue;
+          char buf[4096];
+          ssize_t r = ::read(fds[i]->get(), buf, sizeof buf);
+          if (r <= 0) {
+            if (!part[i].empty()) out->add_line(part[i]);
+            fds[i]->reset();
+            continue;
+          }
+          part[i].append(buf, static_cast<size_t>(r));
+          for (size_t nl; (nl = part[i].find('\n')) != std::string::npos; part[i].erase(0, nl + 1))
+            out->add_line(part[i].substr(0, nl));
+        }
+      }
+    });
+    accept_thread_ = std::thread([this, deadline] { accept_agents(deadline); });
+    return {};
+  }
+
+  Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      if (auto it = attached_.find(host); it != attached_.end()) {
+        auto link = std::unique_ptr<HostLink>(new SocketLink(std::move(it->second.fd), host, out_, it->second.task));
+        attached_.erase(it);
+        return link;
+      }
+      if (srun_status_) {
+        std::string why = "srun ended (exit " + std::to_string(exit_code_of(*srun_status_)) +
+                          ") before the agent there connected back";
+        std::string last = out_->last_line();
+        return make_error(host + ": " + why + (last.empty() ? "" : ": " + last), 3);
+      }
+      if (!error_.empty()) return make_error(host + ": " + error_, 3);
+      if (Clock::now() >= deadline)
+        return make_error(host + ": the agent started by srun did not connect back within --start-timeout (" +
+                              std::to_string(static_cast<int>(s_.start_timeout)) + " s)",
+                          3);
+      cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+    }
+  }
+
+ private:
+  struct Attached {
+    UniqueFd fd;
+    int task = -1;
+  };
+
+  // Accepts until every host's agent is here, srun has ended, or the deadline passed. A
+  // connection without the token in its first frame is dropped.
+  void accept_agents(Clock::time_point deadline) {
+    size_t done = 0;
+    while (!stop_ && done < hosts_.size() && Clock::now() < deadline) {
+      {
+        int st = 0;
+        if (pid_ > 0 && waitpid(pid_, &st, WNOHANG) == pid_) {
+          std::lock_guard<std::mutex> lk(mu_);
+          srun_status_ = st;
+          pid_ = -1;
+          cv_.notify_all();
+          break;
+        }
+      }
+      pollfd p{listen_.get(), POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      UniqueFd c(accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!c.valid()) continue;
+      auto frame_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      unsigned char hdr[5];
+      if (!read_exact(c.get(), hdr, sizeof hdr, frame_deadline)) continue;
+      uint32_t n = (uint32_t(hdr[0]) << 24) | (uint32_t(hdr[1]) << 16) | (uint32_t(hdr[2]) << 8) | hdr[3];
+      if (hdr[4] != static_cast<uint8_t>(agentwire::Type::kAttach) || n < 1 || n > 4096) continue;
+      std::string payload(n - 1, '\0');
+      if (!read_exact(c.get(), payload.data(), payload.size(), frame_deadline)) continue;
+      auto att = decode_attach(payload);
+      if (!att || att->token.size() != token_.size() ||
+          CRYPTO_memcmp(att->token.data(), token_.data(), token_.size()) != 0)
+        continue;
+      int fl = fcntl(c.get(), F_GETFL);
+      fcntl(c.get(), F_SETFL, fl & ~O_NONBLOCK);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (std::find(hosts_.begin(), hosts_.end(), att->node) == hosts_.end()) {
+        error_ = "an agent started by srun says it runs on node '" + att->node +
+                 "', which is not one of the job's hosts (with --launcher slurm, -H must name Slurm nodes)";
+        cv_.notify_all();
+        break;
+      }
+      if (attached_.count(att->node) || seen_.count(att->node)) continue;
+      seen_[att->node] = true;
+      attached_[att->node] = {std::move(c), att->task};
+      ++done;
+      cv_.notify_all();
+    }
+    listen_.reset();
+  }
+
+  // After the job: the agents have ended (their streams closed), so srun ends by itself;
+  // if it does not, it is ended (it forwards SIGTERM to the agents).
+  void end_srun() {
+    if (pid_ <= 0) return;
+    for (int i = 0; i < 200; ++i) {
+      int st;
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_ || (r < 0 && errno == ECHILD)) return;  // (hvdrun's loop may have reaped it)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(-pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      int st;
+      if (waitpid(pid_, &st, WNOHANG) != 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(-pid_, SIGKILL);
+    int st;
+    waitpid(pid_, &st, 0);
+  }
+
+  StarterSettings s_;
+  std::shared_ptr<SrunOutput> out_;
+  std::vector<std::string> hosts_;
+  UniqueFd listen_;
+  std::string token_;
+  pid_t pid_ = -1;
+  std::thread accept_thread_, output_thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Attached> attached_;
+  std::map<std::string, bool> seen_;
+  std::optional<int> srun_status_;
+  std::string error_;
+};
+
+}  // namespace
+
+std::unique_ptr<AgentStarter> make_starter(LauncherKind kind, const StarterSettings& s) {
+  switch (kind) {
+    case LauncherKind::kSlurm: return std::make_unique<SrunStarter>(s);
+    case LauncherKind::kCommand: return std::make_unique<TemplateStarter>(s);
+    default: return std::make_unique<SshStarter>(s);
+  }
+}
+
+}  // namespace hvdrun

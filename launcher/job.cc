@@ -24,6 +24,7 @@
 #include "common/net.h"
 #include "launcher/addressing.h"
 #include "launcher/agent.h"
+#include "launcher/budget.h"
 #include "launcher/local_host.h"
 #include "launcher/remote_host.h"
 #include "launcher/starter.h"
@@ -109,6 +110,14 @@ int run_job(const LaunchOptions& opts, char** envp) {
   }
   auto policy = parse_host_key_policy(opts.ssh_host_key_checking);
   if (!policy) return fail(policy.error());
+
+  // The descriptors and processes this job needs here, before anything is spawned.
+  BudgetNeed need;
+  need.all_ranks = static_cast<long long>(plan->ranks.size());
+  for (const auto& r : plan->ranks) need.local_ranks += remote_index.count(r.host) ? 0 : 1;
+  need.remote_hosts = static_cast<long long>(remote_names.size());
+  if (auto st = check_process_budget(read_process_budget(), need); !st)
+    return fail(make_error(st.error().message, exit_code::kLaunchFailed));
 
   std::string secret = rdv::new_secret();
   JobEnv base;

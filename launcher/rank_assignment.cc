@@ -5,8 +5,20 @@
 namespace hvdrun {
 
 Result<std::vector<RankInfo>> assign_ranks(const std::vector<HostSlots>& hosts, int np) {
-  const int slots = total_slots(hosts);
-  if (np <= 0) np = slots;
+  // Every count is bounded before anything is planned (2,100 hosts of 1,048,576 slots sum
+  // past 2^31: hvdrun must not try to plan that).
+  const long long slots = total_slots(hosts);
+  if (np > kMaxJobRanks)
+    return make_error("-np " + std::to_string(np) + ": expected at most " + std::to_string(kMaxJobRanks) +
+                          " ranks in one job",
+                      2);
+  if (np <= 0) {
+    if (slots > kMaxJobRanks)
+      return make_error("the hosts have " + std::to_string(slots) + " slots in all, more than the " +
+                            std::to_string(kMaxJobRanks) + " ranks one job may have; give -np",
+                        2);
+    np = static_cast<int>(slots);
+  }
   if (np > slots)
     return make_error("requested more processes (" + std::to_string(np) + ") than there are available slots (" +
                           std::to_string(slots) + ")",

@@ -25,6 +25,7 @@
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
 #include "launcher/async_writer.h"
+#include "launcher/budget.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -200,6 +201,9 @@ int run_agent_mode() {
     if (starts_with(kv, "PATH=")) path = kv.substr(5);
   auto exe = resolve_program(job->ranks[0].argv[0], path);
   if (!exe) return setup_error(exe.error().message, exe.error().code);
+  BudgetNeed need;  // this host's workers, before any is spawned
+  need.local_ranks = static_cast<long long>(job->ranks.size());
+  if (auto st = check_process_budget(read_process_budget(), need); !st) return setup_error(st.error().message, 3);
   auto watchdog = Watchdog::start(job->kill_grace);
   if (!watchdog) return setup_error(watchdog.error().message, 3);
   if (!link.send(Type::kReady, "")) return 1;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -347,4 +348,57 @@ TEST(Launch, PyTorchDdpJobRunsUnchanged) {
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(o.out.find("[" + std::to_string(r) + "]<stdout>:rank " + std::to_string(r) + "/3 ok"), std::string::npos)
         << o.out;
+}
+
+// Issue 16.6: the descriptor budget is checked before anything starts (exit 3, one line).
+TEST(Launch, NpOverTheDescriptorBudgetIsRefusedBeforeAnythingStarts) {
+  std::string dir = make_temp_dir();
+  std::string marker = dir + "/started";
+  auto start = std::chrono::steady_clock::now();
+  auto o = run({"sh", "-c", "ulimit -n 256 && exec " + kHvdrun + " -np 200 sh -c 'echo x >> " + marker + "; sleep 5'"},
+               60);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  auto lines = split_lines(o.err);
+  ASSERT_EQ(lines.size(), 1u) << o.err;
+  EXPECT_EQ(lines[0].rfind("hvdrun: 200 ranks need about 6", 0), 0u) << o.err;
+  EXPECT_NE(lines[0].find(" open files in hvdrun, over its limit of 256 (RLIMIT_NOFILE, 'ulimit -n')"),
+            std::string::npos)
+      << o.err;
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "workers were started";
+  std::filesystem::remove_all(dir);
+}
+
+// Issues 16.10, 16.11, 16.14 through the real binary: one line, exit 2, nothing run.
+TEST(Launch, HostListsAndHostFilesPastTheirBounds) {
+  std::string dir = make_temp_dir();
+  std::string many;
+  for (int i = 0; i < 2100; ++i) many += (i ? ",h" : "h") + std::to_string(i) + ":1048576";
+  std::string bom = dir + "/bom";
+  std::ofstream(bom) << "\xEF\xBB\xBFlocalhost slots=2\r\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  } cases[] = {
+      {{"--dry-run", "-H", many, "true"},
+       "hvdrun: the hosts have 2202009600 slots in all, more than the 1048576 ranks one job may have; give -np\n"},
+      {{"--hostfile", "/dev/zero", "true"},
+       "hvdrun: host file '/dev/zero': is a character device; expected a regular file\n"},
+      {{"--hostfile", dir, "true"}, "hvdrun: host file '" + dir + "': is a directory; expected a regular file\n"},
+      {{"--hosts=-oProxyCommand:1", "true"},
+       "hvdrun: host list '-oProxyCommand:1': host '-oProxyCommand' starts with '-'; expected a host name or "
+       "address, not an option\n"},
+  };
+  for (const auto& c : cases) {
+    auto start = std::chrono::steady_clock::now();
+    auto o = run(hvd(c.args), 30);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << c.args[1];
+    EXPECT_EQ(o.exit_code, 2) << o.err;
+    EXPECT_EQ(o.err, c.err);
+    EXPECT_EQ(o.out, "");
+  }
+  auto o = run(hvd({"--dry-run", "--hostfile", bom, "true"}), 30);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(split_lines(o.out).size(), 2u);
+  std::filesystem::remove_all(dir);
 }

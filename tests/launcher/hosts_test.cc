@@ -1,3 +1,11 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "launcher/rank_assignment.h"
 #include "launcher/hosts.h"
 
 #include <gtest/gtest.h>
@@ -78,6 +86,159 @@ TEST(HostFile, ErrorsNameFileLineAndToken) {
   r = read_hostfile("/nonexistent/hosts");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("/nonexistent/hosts"), std::string::npos);
+}
+
+
+namespace {
+
+bool all_printable(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c >= 0x7f) return false;
+  return true;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char t[] = "/tmp/hvdrun-hosts-XXXXXX";
+    path = mkdtemp(t);
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string p = path + "/" + name;
+    FILE* f = fopen(p.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    return p;
+  }
+};
+
+}  // namespace
+
+// Issue 16.14: "--hosts=-oProxyCommand:1" was a host named "-oProxyCommand" (an ssh option).
+TEST(HostList, HostNamesThatAreOptionsAreRefused) {
+  for (const char* list : {"-oProxyCommand:1", "a,-oProxyCommand=nc", "--help", "[-1::2]:2"}) {
+    auto r = parse_host_list(list);
+    ASSERT_FALSE(r.ok()) << list;
+    EXPECT_NE(r.error().message.find("starts with '-'; expected a host name or address, not an option"),
+              std::string::npos)
+        << r.error().message;
+    EXPECT_EQ(r.error().code, 2);
+  }
+  auto f = parse_hostfile_text("-oProxyCommand=x slots=1\n", "hf");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.error().message.find("hf:1: host '-oProxyCommand=x' starts with '-'"), 0u) << f.error().message;
+  // A '-' inside a name is fine.
+  EXPECT_TRUE(parse_host_list("node-1,a-b:2").ok());
+  // Characters no host name has, and names longer than DNS allows.
+  for (std::string list : {std::string("a;b"), std::string("a$(x)"), std::string("a\x01"), std::string("a`b`"),
+                           std::string(254, 'a')}) {
+    auto r = parse_host_list(list);
+    ASSERT_FALSE(r.ok()) << list;
+    EXPECT_TRUE(all_printable(r.error().message)) << r.error().message;
+  }
+  EXPECT_TRUE(parse_host_list(std::string(253, 'a')).ok());
+  EXPECT_EQ(check_host_name("-x"), "host '-x' starts with '-'; expected a host name or address, not an option");
+  EXPECT_EQ(check_host_name("fe80::1%eth0"), "");
+  EXPECT_EQ(check_host_name("node1"), "");
+}
+
+// Issue 16.10: 2,100 hosts of 1,048,576 slots ended in std::bad_alloc.
+TEST(HostList, SlotTotalsAreSummedIn64BitsAndBounded) {
+  std::string list, file;
+  for (int i = 0; i < 2100; ++i) {
+    list += (i ? ",h" : "h") + std::to_string(i) + ":1048576";
+    file += "h" + std::to_string(i) + " slots=1048576\n";
+  }
+  for (auto hosts : {parse_host_list(list), parse_hostfile_text(file, "hf")}) {
+    ASSERT_TRUE(hosts.ok()) << hosts.error().message;
+    EXPECT_EQ(total_slots(*hosts), 2100LL * 1048576);
+    auto r = assign_ranks(*hosts, 0);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message,
+              "the hosts have 2202009600 slots in all, more than the 1048576 ranks one job may have; give -np");
+    EXPECT_EQ(r.error().code, 2);
+    auto few = assign_ranks(*hosts, 4);  // a few ranks on big hosts is fine
+    ASSERT_TRUE(few.ok());
+    EXPECT_EQ(few->size(), 4u);
+  }
+  auto big = assign_ranks({{"a", 1}}, 1 << 24);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().message, "-np 16777216: expected at most 1048576 ranks in one job");
+  // One host named again and again cannot pass the per-host bound (nor overflow an int).
+  std::string again;
+  for (int i = 0; i < 3000; ++i) again += (i ? ",a:" : "a:") + std::to_string(1 << 20);
+  auto r = parse_host_list(again);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("host 'a' has 2097152 slots in all (named more than once); expected at most 1048576"),
+            std::string::npos)
+      << r.error().message;
+  auto rf = parse_hostfile_text("a slots=1048576\na slots=1\n", "hf");
+  ASSERT_FALSE(rf.ok());
+  EXPECT_EQ(rf.error().message.find("hf:2: host 'a' has 1048577 slots"), 0u) << rf.error().message;
+  EXPECT_FALSE(parse_host_list("a:1048577").ok());
+  EXPECT_FALSE(parse_host_list("a:99999999999999999999").ok());
+}
+
+// Issue 16.11: a 100,000-line host file took 10.4 s (add_host scanned the list per line).
+TEST(HostFile, ParsesInLinearTime) {
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += "node" + std::to_string(i) + " slots=2\n";
+  auto start = std::chrono::steady_clock::now();
+  auto r = parse_hostfile_text(text, "big");
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->size(), 100000u);
+  EXPECT_EQ(r->back(), (HostSlots{"node99999", 2}));
+  EXPECT_LT(s, 2.0) << "100,000 lines took " << s << " s";
+}
+
+TEST(HostFile, ByteOrderMarkIsSkippedAndBinaryIsQuoted) {
+  auto r = parse_hostfile_text("\xEF\xBB\xBFnode1 slots=2\r\nnode2\r\n", "win.txt");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(*r, (H{{"node1", 2}, {"node2", 1}}));
+  auto b = parse_hostfile_text(std::string("node1\n\x7f" "ELF\x02\x01\x01\0\0 slots=\x1b[31m\n", 27), "bin");
+  ASSERT_FALSE(b.ok());
+  EXPECT_TRUE(all_printable(b.error().message)) << b.error().message;
+  EXPECT_EQ(b.error().message.find("bin:2: invalid character '\\x7f' in host '\\x7fELF\\x02\\x01\\x01\\x00\\x00'"), 0u)
+      << b.error().message;
+  auto s = parse_hostfile_text("a slots=\x1b[2J\n", "esc");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "esc:1: slots '\\x1b[2J': expected an integer");
+}
+
+TEST(HostFile, OnlyRegularFilesWithinTheBound) {
+  TempDir d;
+  struct Case {
+    std::string path;
+    std::string part;
+  } cases[] = {
+      {d.path, "is a directory; expected a regular file"},
+      {"/dev/zero", "host file '/dev/zero': is a character device; expected a regular file"},
+      {"/dev/null", "is a character device"},
+  };
+  for (const auto& c : cases) {
+    auto start = std::chrono::steady_clock::now();
+    auto r = read_hostfile(c.path);
+    ASSERT_FALSE(r.ok()) << c.path;
+    EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().code, 2);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  }
+  std::string fifo = d.path + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto rf = read_hostfile(fifo);  // does not wait for a writer
+  ASSERT_FALSE(rf.ok());
+  EXPECT_NE(rf.error().message.find("is a pipe; expected a regular file"), std::string::npos);
+  std::string big = d.write("big", "");
+  ASSERT_EQ(truncate(big.c_str(), static_cast<off_t>(kMaxHostfileBytes) + 1), 0);
+  auto rb = read_hostfile(big);
+  ASSERT_FALSE(rb.ok());
+  EXPECT_NE(rb.error().message.find("is 16777217 bytes; expected at most 16777216"), std::string::npos)
+      << rb.error().message;
+  auto ok = read_hostfile(d.write("good", "\xEF\xBB\xBFnode1 slots=3\n"));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(*ok, (H{{"node1", 3}}));
 }
 
 }  // namespace hvdrun

@@ -18,6 +18,18 @@
 // Broadcast: a pipelined chain root -> root+1 -> ... -> root-1; each rank forwards the
 // bytes it has received as they arrive. Allgather: the allgather half of the ring.
 //
+// Hierarchical (Horovod's --hierarchical-allreduce / --hierarchical-allgather), when a
+// hierarchy is attached: a `local` ring of this host's ranks (shared memory) and a `cross`
+// ring of the ranks with this local index on every host (TCP).
+//   allreduce: reduce-scatter on the local ring (local rank l ends with chunk l+1 of L
+//     reduced over the host), allreduce of that chunk on the cross ring (the L cross rings
+//     run at once, each carrying 1/L of the buffer between hosts), allgather on the local
+//     ring. Small buffers: allreduce on the local ring, then on the cross ring.
+//   allgather: allgather of this rank's block on the cross ring, then of the C gathered
+//     blocks on the local ring, then each block moved to its rank's place.
+// Each host sends 2(C-1)/C of the buffer over the network instead of 2(n-1)/n per ring
+// link of a flat ring, whose links between hosts carry everything.
+//
 // Before each collective, every rank sends a small header (sequence number, kind, count,
 // dtype, op, root) to its right and compares the one from its left with its own: ranks
 // that disagree fail with both calls named instead of reducing garbage or hanging.
@@ -46,6 +58,10 @@ const char* kind_name(uint8_t k) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Chunk c of n of a buffer of `count` elements starts at element chunk_offset(count, n, c)
+// (the first count % n chunks are one element longer).
+inline size_t chunk_offset(size_t count, int n, int c) { return (count / n) * c + std::min<size_t>(c, count % n); }
+
 }  // namespace
 
 struct Ring::Header {
@@ -68,14 +84,29 @@ struct Ring::Header {
 Ring::Ring(int rank, int size, transport::Pair right, transport::Pair left, RingOptions opts)
     : rank_(rank), size_(size), right_(std::move(right)), left_(std::move(left)), opts_(opts) {}
 
+void Ring::set_hierarchy(std::unique_ptr<Ring> local, std::unique_ptr<Ring> cross, std::vector<int> rank_of,
+                         HierarchyOptions which) {
+  local_ = std::move(local);
+  cross_ = std::move(cross);
+  rank_of_ = std::move(rank_of);
+  hier_ = which;
+}
+
+void Ring::close() {
+  right_.close();
+  left_.close();
+  if (local_) local_->close();
+  if (cross_) cross_->close();
+}
+
 Status Ring::fail(Error e) {
-  // A failed transfer leaves the ring in an unknown state: close it so that the neighbours
-  // fail fast too, and refuse every later call with the first reason.
+  // A failed transfer leaves the ring in an unknown state: close it (and the hierarchy's
+  // rings) so that the neighbours fail fast too, and refuse every later call with the
+  // first reason.
   broken_ = true;
   broken_reason_ = e.message;
   if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e.message);
-  right_.close();
-  left_.close();
+  close();
   return e;
 }
 
@@ -144,41 +175,99 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
   Header h{seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
   char* buf = static_cast<char*>(recvbuf);
   if (sendbuf != recvbuf && count) std::memcpy(buf, sendbuf, count * es);
+  if (hier_.allreduce && local_) return hierarchical_allreduce(buf, count, dtype, op);
   if (size_ > 1 && count * es <= opts_.small_bytes) {
     if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
     return small_allreduce(h, buf, count, dtype, op);
   }
   if (auto s = check_agreement(h); !s) return s;
-  const int n = size_;
-  if (n > 1 && count > 0) {
-    // Chunk c: [offset(c), offset(c+1)) in elements.
-    auto offset = [&](int c) { return (count / n) * c + std::min<size_t>(c, count % n); };
-    auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
-    // Received segments land in one segment-sized buffer that stays in cache, and are
-    // reduced into the chunk as each one fills.
-    const size_t seg = std::max<size_t>(es, opts_.segment_bytes / 8 * 8);
-    scratch_.resize(seg);
-    for (int s = 0; s < n - 1; ++s) {  // reduce-scatter
-      int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
-      char* dst = buf + offset(recv_c) * es;
-      auto st = step(
-          buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
-          [&](size_t off, size_t len) {
-            // Calls come at window boundaries (multiples of 8 bytes) and at the end.
-            reduce_into(dst + off, scratch_.data() + off % seg, len / es, dtype, op);
-          },
-          seg);
-      if (!st) return st;
-    }
-    int own = mod(rank_ + 1, n);
-    if (op == HVD_OP_AVERAGE) scale_down(buf + offset(own) * es, chunk_len(own), dtype, n);
-    for (int s = 0; s < n - 1; ++s) {  // allgather
-      int send_c = mod(rank_ + 1 - s, n), recv_c = mod(rank_ - s, n);
-      auto st = step(buf + offset(send_c) * es, chunk_len(send_c) * es, buf + offset(recv_c) * es,
-                     chunk_len(recv_c) * es, false);
-      if (!st) return st;
-    }
+  if (auto s = reduce_scatter_steps(buf, count, dtype, op); !s) return s;
+  if (size_ > 1 && count > 0 && op == HVD_OP_AVERAGE) {
+    size_t own = chunk_offset(count, size_, mod(rank_ + 1, size_));
+    scale_down(buf + own * es, chunk_offset(count, size_, mod(rank_ + 1, size_) + 1) - own, dtype, size_);
   }
+  return allgather_chunk_steps(buf, count, es);
+}
+
+// Reduce-scatter: after it rank r holds chunk r+1 reduced over the ring.
+Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  const int n = size_;
+  if (n == 1 || count == 0) return {};
+  const size_t es = dtype_size(dtype);
+  auto offset = [&](int c) { return chunk_offset(count, n, c); };
+  auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
+  // Received segments land in one segment-sized buffer that stays in cache, and are
+  // reduced into the chunk as each one fills.
+  const size_t seg = std::max<size_t>(es, opts_.segment_bytes / 8 * 8);
+  scratch_.resize(seg);
+  for (int s = 0; s < n - 1; ++s) {
+    int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
+    char* dst = buf + offset(recv_c) * es;
+    auto st = step(
+        buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
+        [&](size_t off, size_t len) {
+          // Calls come at window boundaries (multiples of 8 bytes) and at the end.
+          reduce_into(dst + off, scratch_.data() + off % seg, len / es, dtype, op);
+        },
+        seg);
+    if (!st) return st;
+  }
+  return {};
+}
+
+// Allgather of the chunks: rank r starts with chunk r+1 and ends with all of them.
+Status Ring::allgather_chunk_steps(char* buf, size_t count, size_t es) {
+  const int n = size_;
+  if (n == 1 || count == 0) return {};
+  auto offset = [&](int c) { return chunk_offset(count, n, c); };
+  auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
+  for (int s = 0; s < n - 1; ++s) {
+    int send_c = mod(rank_ + 1 - s, n), recv_c = mod(rank_ - s, n);
+    auto st = step(buf + offset(send_c) * es, chunk_len(send_c) * es, buf + offset(recv_c) * es,
+                   chunk_len(recv_c) * es, false);
+    if (!st) return st;
+  }
+  return {};
+}
+
+Status Ring::hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  const size_t es = dtype_size(dtype);
+  const hvd_op_t sum_op = op == HVD_OP_AVERAGE ? HVD_OP_SUM : op;  // divided once, by the job's size
+  Status st = [&]() -> Status {
+    if (count * es <= opts_.small_bytes) {
+      if (auto s = local_->allreduce(buf, buf, count, dtype, sum_op); !s) return s;
+      if (auto s = cross_->allreduce(buf, buf, count, dtype, sum_op); !s) return s;
+      if (op == HVD_OP_AVERAGE) scale_down(buf, count, dtype, size_);
+      return {};
+    }
+    Header h{local_->seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
+    if (auto s = local_->check_agreement(h); !s) return s;
+    if (auto s = local_->reduce_scatter_steps(buf, count, dtype, sum_op); !s) return s;
+    const int L = local_->size_, own = mod(local_->rank_ + 1, L);
+    const size_t off = chunk_offset(count, L, own), len = chunk_offset(count, L, own + 1) - off;
+    if (auto s = cross_->allreduce(buf + off * es, buf + off * es, len, dtype, sum_op); !s) return s;
+    if (op == HVD_OP_AVERAGE) scale_down(buf + off * es, len, dtype, size_);
+    return local_->allgather_chunk_steps(buf, count, es);
+  }();
+  if (!st) return fail(st.error());
+  return {};
+}
+
+Status Ring::hierarchical_allgather(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  const size_t block = count * dtype_size(dtype);
+  const int L = local_->size_, C = cross_->size_;
+  gather_scratch_.resize(block * (C + static_cast<size_t>(size_)));
+  char* across = gather_scratch_.data();              // [host c]: local index l's block of host c
+  char* gathered = across + block * C;                // [local index l][host c]
+  if (auto s = cross_->allgather(sendbuf, across, count, dtype); !s) return fail(s.error());
+  if (auto s = local_->allgather(across, gathered, count * C, dtype); !s) return fail(s.error());
+  char* out = static_cast<char*>(recvbuf);
+  for (int l = 0; l < L && block; ++l)
+    for (int c = 0; c < C; ++c)
+      std::memcpy(out + static_cast<size_t>(rank_of_[c * L + l]) * block, gathered + (static_cast<size_t>(l) * C + c) * block,
+                  block);
   return {};
 }
 
@@ -195,6 +284,7 @@ Status Ring::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
 }
 
 Status Ring::allgather(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype) {
+  if (hier_.allgather && local_) return hierarchical_allgather(sendbuf, recvbuf, count, dtype);
   if (auto s = check_agreement(Header{seq_++, count, -1, kAllgather, static_cast<uint8_t>(dtype), 0, 0}); !s) return s;
   size_t block = count * dtype_size(dtype);
   char* out = static_cast<char*>(recvbuf);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,23 @@ struct RingOptions {
   size_t small_bytes = 64 << 10;     // allreduces up to this size take the one-pass path
 };
 
+// Which collectives take the hierarchical path (see ring.cc) once a hierarchy is attached.
+struct HierarchyOptions {
+  bool allreduce = false;
+  bool allgather = false;
+};
+
 class Ring {
  public:
   // size 1: no pairs needed.
   Ring(int rank, int size, transport::Pair right, transport::Pair left, RingOptions opts);
+
+  // Attaches the two rings of the hierarchical collectives: `local` joins this host's
+  // ranks (shared memory), `cross` the ranks with this local index on every host (TCP).
+  // rank_of[c * local_size + l] is the global rank of local index l on host c.
+  void set_hierarchy(std::unique_ptr<Ring> local, std::unique_ptr<Ring> cross, std::vector<int> rank_of,
+                     HierarchyOptions which);
+  const HierarchyOptions& hierarchy() const { return hier_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -45,7 +59,12 @@ class Ring {
   Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
               const std::function<void(size_t, size_t)>& on_recv = {}, size_t window = 0);
   Status small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  Status reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  Status allgather_chunk_steps(char* buf, size_t count, size_t es);
+  Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status fail(Error e);
+  void close();
 
   int rank_, size_;
   transport::Pair right_, left_;
@@ -54,6 +73,10 @@ class Ring {
   bool broken_ = false;
   std::string broken_reason_;
   std::vector<char> scratch_;
+  std::unique_ptr<Ring> local_, cross_;
+  std::vector<int> rank_of_;
+  HierarchyOptions hier_;
+  std::vector<char> gather_scratch_;
 };
 
 }  // namespace hvdrun

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "collectives/dtype.h"
+#include "collectives/hierarchy.h"
 
 #include <cstdlib>
 #include <spdlog/spdlog.h>
@@ -152,6 +153,13 @@ Status Runtime::connect_ring() {
                 right->is_shm() ? "shared memory" : "TCP", ring_.left.rank, left->is_shm() ? "shared memory" : "TCP");
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
   ring_comm_->on_fatal = [this](const std::string& m) { report_fatal(m); };
+  auto wanted = hierarchy_from_tunables();
+  if (!wanted) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view_.rank) + ": " + wanted.error().message);
+  // Several hosts (every rank of such a job sees local_size < size): look at the layout.
+  if (wanted->any() && view_.local_size < view_.size && client_) {
+    HierarchySetup hs{&*client_, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
+    if (auto s = attach_hierarchy(*ring_comm_, hs, *wanted); !s) return s;
+  }
   return {};
 }
 

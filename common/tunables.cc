@@ -44,6 +44,17 @@ constexpr Tunable kTable[] = {
      "0: over loopback TCP."},
     {"HVDRUN_SHM_RING_BYTES", "1048576", TunableUse::kWorker,
      "Capacity of each shared-memory ring (one per direction between neighbours on one host), in bytes."},
+    {"HVDRUN_HIERARCHICAL_ALLREDUCE", "", TunableUse::kWorker,
+     "auto, 1 or 0: allreduce as reduce-scatter within each host (shared memory), allreduce of each "
+     "shard between hosts, allgather within the host (hvdrun --hierarchical-allreduce); "
+     "unset: HOROVOD_HIERARCHICAL_ALLREDUCE, else auto (on with several hosts and several ranks on each)."},
+    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "", TunableUse::kWorker,
+     "Horovod's name of HVDRUN_HIERARCHICAL_ALLREDUCE (which wins when both are set)."},
+    {"HVDRUN_HIERARCHICAL_ALLGATHER", "", TunableUse::kWorker,
+     "auto, 1 or 0: allgather between hosts, then within each host (hvdrun --hierarchical-allgather); "
+     "unset: HOROVOD_HIERARCHICAL_ALLGATHER, else auto."},
+    {"HOROVOD_HIERARCHICAL_ALLGATHER", "", TunableUse::kWorker,
+     "Horovod's name of HVDRUN_HIERARCHICAL_ALLGATHER (which wins when both are set)."},
     {"HVDRUN_CUDA_DEVICE", "", TunableUse::kWorker,
      "CUDA device of this rank, an index within CUDA_VISIBLE_DEVICES; empty: the local rank."},
     {"HVDRUN_NCCL_EAGER", "0", TunableUse::kWorker,

@@ -86,6 +86,12 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   app.add_option("-x,--env", o.env, "Forward NAME or set NAME=VALUE for the workers (repeatable)")
       ->type_name("NAME[=VALUE]")
       ->allow_extra_args(false);
+  bool hier_allreduce = false, hier_allgather = false;
+  app.add_flag("--hierarchical-allreduce", hier_allreduce,
+               "Allreduce within each host over shared memory and between hosts over TCP "
+               "(HOROVOD_HIERARCHICAL_ALLREDUCE=1 for the workers; default: auto)");
+  app.add_flag("--hierarchical-allgather", hier_allgather,
+               "Allgather between hosts, then within each host (HOROVOD_HIERARCHICAL_ALLGATHER=1; default: auto)");
   app.add_flag("--verbose", o.verbose, "Log what hvdrun does (same as --log-level debug)");
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off (env HVDRUN_LOG_LEVEL)")
       ->type_name("LEVEL")
@@ -126,6 +132,13 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     std::string msg = e.what();
     return make_error(msg + " (see 'hvdrun --help')", 2);
   }
+
+  // As horovodrun: the flags set the workers' variables (ahead of -x, which can still
+  // override them).
+  if (hier_allgather)
+    o.env.insert(o.env.begin(), {"HVDRUN_HIERARCHICAL_ALLGATHER=1", "HOROVOD_HIERARCHICAL_ALLGATHER=1"});
+  if (hier_allreduce)
+    o.env.insert(o.env.begin(), {"HVDRUN_HIERARCHICAL_ALLREDUCE=1", "HOROVOD_HIERARCHICAL_ALLREDUCE=1"});
 
   if (help_env) {
     out.action = ParsedCommandLine::Action::kPrintAndExit;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "collectives/dtype.h"
+#include "collectives/hierarchy.h"
 #include "common/auth.h"
 #include "reference.h"
 #include "transport/socket_util.h"
@@ -39,35 +40,44 @@ std::vector<std::string> on_all(int n, Fn fn) {
   return out;
 }
 
-// Real pairs over loopback; rank r's host is hosts[r] (equal hosts: shared memory).
-std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts) {
+// A ring over real pairs on loopback among `members` (global ranks, in ring order); rank
+// r's host is hosts[r] (equal hosts: shared memory). Returns one ring per member.
+std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, RingOptions o,
+                                               const std::vector<std::string>& hosts) {
+  const int n = static_cast<int>(members.size());
   std::vector<std::unique_ptr<Ring>> rings(n);
   std::string secret = auth::new_secret();
   std::vector<transport::Listener> ls(n);
-  for (int r = 0; r < n; ++r) {
+  for (int i = 0; i < n; ++i) {
     auto l = transport::listen_tcp("127.0.0.1", "127.0.0.1");
     EXPECT_TRUE(l.ok());
-    ls[r] = std::move(*l);
+    ls[i] = std::move(*l);
   }
-  on_all_void(n, [&](int r) {
+  on_all_void(n, [&](int i) {
+    int me = members[i], right = members[(i + 1) % n], left = members[(i + n - 1) % n];
     transport::PairOptions po;
     po.secret = secret;
-    po.self_rank = r;
-    po.self_host = hosts[r];
+    po.self_rank = me;
+    po.self_host = hosts[me];
     po.shm_ring_bytes = 1 << 16;  // small: the rings wrap often
     po.deadline = transport::Clock::now() + std::chrono::seconds(20);
-    int right = (r + 1) % n, left = (r + n - 1) % n;
     Result<transport::Pair> out = Error{""};
-    std::thread c([&] { out = transport::connect_pair({right, hosts[right], "127.0.0.1", ls[right].port}, po); });
-    auto in = transport::accept_pair(ls[r].fd.get(), {left, hosts[left], "127.0.0.1", 0}, po);
+    std::thread c([&] { out = transport::connect_pair({right, hosts[right], "127.0.0.1", ls[(i + 1) % n].port}, po); });
+    auto in = transport::accept_pair(ls[i].fd.get(), {left, hosts[left], "127.0.0.1", 0}, po);
     c.join();
     EXPECT_TRUE(out.ok() && in.ok());
     if (!out.ok() || !in.ok()) return;
-    EXPECT_EQ(out->is_shm(), hosts[r] == hosts[right]);
-    EXPECT_EQ(in->is_shm(), hosts[r] == hosts[left]);
-    rings[r] = std::make_unique<Ring>(r, n, std::move(*out), std::move(*in), o);
+    EXPECT_EQ(out->is_shm(), hosts[me] == hosts[right]);
+    EXPECT_EQ(in->is_shm(), hosts[me] == hosts[left]);
+    rings[i] = std::make_unique<Ring>(i, n, std::move(*out), std::move(*in), o);
   });
   return rings;
+}
+
+std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts) {
+  std::vector<int> all(n);
+  for (int r = 0; r < n; ++r) all[r] = r;
+  return rings_among(all, o, hosts);
 }
 
 // rings[r] sends to r+1 and receives from r-1. mode: "unix" (socketpairs), "shm" (one
@@ -264,6 +274,99 @@ TEST(Ring, SilentPeerTimesOut) {
   EXPECT_EQ(s.error().code, HVD_ERR_TIMEOUT);
   EXPECT_NE(s.error().message.find("no progress with rank 1 (host h)"), std::string::npos) << s.error().message;
 }
+
+TEST(HostLayout, HostsInFirstRankOrderLocalIndicesInRankOrder) {
+  auto h = host_layout({"a", "a", "b", "b", "c", "c"});
+  EXPECT_EQ(h.hosts, 3);
+  EXPECT_EQ(h.per_host, 2);
+  EXPECT_EQ(h.rank_of, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  // Interleaved ranks (a -H a:1,b:1 twice, or a host file listing a host twice).
+  h = host_layout({"b", "a", "b", "a"});
+  EXPECT_EQ(h.hosts, 2);
+  EXPECT_EQ(h.per_host, 2);
+  EXPECT_EQ(h.rank_of, (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(h.host_of, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(h.local_of, (std::vector<int>{0, 0, 1, 1}));
+  h = host_layout({"a", "a", "b"});
+  EXPECT_EQ(h.per_host, 0);  // not homogeneous: no hierarchy
+  EXPECT_TRUE(h.rank_of.empty());
+}
+
+// Hierarchical collectives with ranks as threads: hosts x per_host ranks, local rings over
+// shared memory, cross rings over TCP, the global ring mixed (the flat fallback).
+struct HierCase {
+  int hosts, per_host;
+  bool interleaved;  // ranks dealt round-robin to the hosts instead of in blocks
+};
+void PrintTo(const HierCase& c, std::ostream* os) {
+  *os << c.hosts << " hosts x " << c.per_host << (c.interleaved ? " interleaved" : "");
+}
+class RingHierarchy : public ::testing::TestWithParam<HierCase> {};
+
+TEST_P(RingHierarchy, AllreduceAndAllgatherAreRightAndIdenticalEverywhere) {
+  const auto [C, L, interleaved] = GetParam();
+  const int n = C * L;
+  std::vector<std::string> hosts(n);
+  for (int r = 0; r < n; ++r) hosts[r] = "host" + std::to_string(interleaved ? r % C : r / L);
+  RingOptions o;
+  o.segment_bytes = 4096;
+  auto rings = make_pair_rings(n, o, hosts);
+  HostLayout h = host_layout(hosts);
+  ASSERT_EQ(h.per_host, L);
+  std::vector<std::unique_ptr<Ring>> local(n), cross(n);
+  for (int c = 0; c < C; ++c) {
+    std::vector<int> m(h.rank_of.begin() + c * L, h.rank_of.begin() + (c + 1) * L);
+    auto rs = rings_among(m, o, hosts);
+    for (int l = 0; l < L; ++l) local[m[l]] = std::move(rs[l]);
+  }
+  for (int l = 0; l < L; ++l) {
+    std::vector<int> m;
+    for (int c = 0; c < C; ++c) m.push_back(h.rank_of[c * L + l]);
+    auto rs = rings_among(m, o, hosts);
+    for (int c = 0; c < C; ++c) cross[m[c]] = std::move(rs[c]);
+  }
+  for (int r = 0; r < n; ++r) rings[r]->set_hierarchy(std::move(local[r]), std::move(cross[r]), h.rank_of, {true, true});
+  const size_t big = (1 << 18) + 5;
+  std::vector<std::vector<float>> avg(n);
+  auto results = on_all(n, [&](int r) -> std::string {
+    for (int t = HVD_INT8; t <= HVD_FLOAT64; ++t)
+      for (int op = HVD_OP_SUM; op <= HVD_OP_PRODUCT; ++op) {
+        if (op == HVD_OP_AVERAGE && !dtype_is_float(static_cast<hvd_dtype_t>(t))) continue;
+        for (size_t c : {size_t{0}, size_t{1}, static_cast<size_t>(L - 1), static_cast<size_t>(n + 1), size_t{1003}, big})
+          for (bool ip : {false, true}) {
+            std::string e = check_allreduce(*rings[r], n, c, static_cast<hvd_dtype_t>(t), static_cast<hvd_op_t>(op), ip);
+            if (!e.empty())
+              return std::string(dtype_name(static_cast<hvd_dtype_t>(t))) + " " + op_name(static_cast<hvd_op_t>(op)) +
+                     " count " + std::to_string(c) + (ip ? " in place: " : ": ") + e;
+          }
+      }
+    std::vector<float> in(big);
+    for (size_t i = 0; i < big; ++i) in[i] = 0.1f * static_cast<float>((r * 7 + i) % 13);  // inexact sums
+    avg[r].resize(big);
+    if (auto s = rings[r]->allreduce(in.data(), avg[r].data(), big, HVD_FLOAT32, HVD_OP_AVERAGE); !s)
+      return s.error().message;
+    for (size_t c : {size_t{0}, size_t{1}, size_t{5000}}) {
+      std::vector<int64_t> gin(c), gout(c * n, -1);
+      for (size_t i = 0; i < c; ++i) gin[i] = r * 1000000 + static_cast<int64_t>(i);
+      if (auto s = rings[r]->allgather(gin.data(), gout.data(), c, HVD_INT64); !s) return s.error().message;
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < c; ++i)
+          if (gout[p * c + i] != p * 1000000 + static_cast<int64_t>(i)) return "allgather block " + std::to_string(p);
+    }
+    if (auto s = rings[r]->barrier(); !s) return s.error().message;  // the flat ring still works beside
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+  for (int r = 1; r < n; ++r) EXPECT_EQ(std::memcmp(avg[r].data(), avg[0].data(), big * 4), 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RingHierarchy,
+                         ::testing::Values(HierCase{2, 2, false}, HierCase{2, 3, false}, HierCase{3, 2, false},
+                                           HierCase{2, 2, true}),
+                         [](const ::testing::TestParamInfo<HierCase>& i) {
+                           return std::to_string(i.param.hosts) + "x" + std::to_string(i.param.per_host) +
+                                  (i.param.interleaved ? "_interleaved" : "");
+                         });
 
 TEST(Dtype, HalfAndBfloat16RoundTripAndRoundToNearestEven) {
   for (uint32_t h = 0; h < 65536; ++h) {

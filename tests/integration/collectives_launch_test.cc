@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "process.h"
@@ -43,6 +44,60 @@ TEST_P(CollectivesLaunch, ResultsAreRightOnEveryRank) {
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesLaunch,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 7), ::testing::Bool()));
+
+// Two "hosts" on this machine (localhost and 127.0.0.1 are different host names to the
+// rendezvous): 2 x 2 ranks. Hierarchical (auto, or asked for): each rank maps its local
+// ring's two segments besides the global ring's one same-host link; flat: only that one.
+TEST(CollectivesLaunchHierarchical, TwoHostsTwoRanksEachHierarchicalAndFlat) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::map<std::string, std::string> env;
+    int segments;
+  } cases[] = {{{}, {}, 3},
+               {{"--hierarchical-allreduce", "--hierarchical-allgather"}, {}, 3},
+               {{}, {{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"}}, 3},
+               {{}, {{"HVDRUN_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"}}, 1}};
+  for (const auto& c : cases) {
+    auto before = dev_shm();
+    std::vector<std::string> argv = {kHvdrun, "-H", "localhost:2,127.0.0.1:2"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    argv.insert(argv.end(), {kColl, "check"});
+    auto o = run(argv, 240, c.env);
+    ASSERT_FALSE(o.timed_out);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    for (int r = 0; r < 4; ++r)
+      EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked (" + std::to_string(c.segments) + " shared segments)"),
+                std::string::npos)
+          << o.out;
+    EXPECT_EQ(dev_shm(), before);
+  }
+}
+
+TEST(CollectivesLaunchHierarchical, BadValueAndUnevenHostsAreClearErrors) {
+  auto o = run({kHvdrun, "-H", "localhost:2,127.0.0.1:2", kColl, "check"}, 120,
+               {{"HOROVOD_HIERARCHICAL_ALLREDUCE", "maybe"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("HOROVOD_HIERARCHICAL_ALLREDUCE='maybe': expected auto, 1 or 0"), std::string::npos) << o.err;
+  o = run({kHvdrun, "-H", "localhost:2,127.0.0.1:1", "--hierarchical-allreduce", kColl, "check"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("hierarchical collectives: the hosts have different numbers of ranks"), std::string::npos)
+      << o.err;
+  // auto: uneven hosts simply stay flat.
+  o = run({kHvdrun, "-H", "localhost:2,127.0.0.1:1", kColl, "check"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+}
+
+TEST(CollectivesLaunchHierarchical, PeerKilledMidHierarchicalAllreduceFailsTheJobFast) {
+  auto before = dev_shm();
+  auto o = run({kHvdrun, "-H", "localhost:2,127.0.0.1:2", "--kill-grace", "2", kColl, "die"}, 120);
+  ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
+  EXPECT_EQ(o.exit_code, 137) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) was killed by signal 9 (SIGKILL)"), std::string::npos) << o.err;
+  EXPECT_EQ(dev_shm(), before);
+}
 
 class CollectivesLaunchFailures : public ::testing::TestWithParam<bool> {};
 

@@ -22,6 +22,19 @@ TEST(Options, HorovodStyleCommandLine) {
   EXPECT_EQ(o.command, (std::vector<std::string>{"python", "train.py", "-np", "3", "--lr=1"}));
 }
 
+TEST(Options, HierarchicalFlagsSetTheWorkersVariablesAheadOfDashX) {
+  auto r = parse({"-np", "4", "--hierarchical-allreduce", "--hierarchical-allgather", "-x",
+                  "HVDRUN_HIERARCHICAL_ALLGATHER=0", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->options.env,
+            (std::vector<std::string>{"HVDRUN_HIERARCHICAL_ALLREDUCE=1", "HOROVOD_HIERARCHICAL_ALLREDUCE=1",
+                                      "HVDRUN_HIERARCHICAL_ALLGATHER=1", "HOROVOD_HIERARCHICAL_ALLGATHER=1",
+                                      "HVDRUN_HIERARCHICAL_ALLGATHER=0"}));
+  r = parse({"-np", "4", "prog"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->options.env.empty());
+}
+
 TEST(Options, DoubleDashAndDefaults) {
   auto r = parse({"-np", "2", "--", "-weird", "x"});
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -126,6 +126,26 @@ TEST(Cluster, CollectivesAcrossHosts) {
     EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked"), std::string::npos) << o.out;
 }
 
+// 2 hosts x 2 ranks: the local rings over shared memory (two segments a rank, beside the
+// global ring's one same-host link), the cross rings over TCP between the hosts.
+TEST(Cluster, HierarchicalCollectivesAcrossHosts) {
+  REQUIRE_CLUSTER();
+  for (const char* flag : {"--hierarchical-allreduce", "--hierarchical-allgather"}) {
+    auto o = hvdrun({"-np", "4", "-H", "h1:2,h2:2", flag, kColl, "check"}, 180,
+                    {{"HVDRUN_HIERARCHICAL_ALLREDUCE", "0"}, {"HVDRUN_HIERARCHICAL_ALLGATHER", "0"}});
+    ASSERT_FALSE(o.timed_out);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    for (int r = 0; r < 4; ++r)
+      EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked (3 shared segments)"), std::string::npos)
+          << flag << ":\n" << o.out;
+  }
+  auto o = hvdrun({"-np", "4", "-H", "h1:2,h2:2", kColl, "check"}, 180,
+                  {{"HVDRUN_HIERARCHICAL_ALLREDUCE", "0"}, {"HVDRUN_HIERARCHICAL_ALLGATHER", "0"}});
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked (1 shared segments)"), std::string::npos) << o.out;
+}
+
 TEST(Cluster, ThroughTheOpenSshClient) {
   REQUIRE_CLUSTER();
   auto o = hvdrun({"-np", "4", "-H", "h1:2,h2:2", "--ssh-command", openssh_command(), kColl, "check"}, 180);

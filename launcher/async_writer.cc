@@ -51,6 +51,11 @@ void AsyncWriter::close_after_queued() {
   cv_.notify_all();
 }
 
+void AsyncWriter::on_failure(std::function<void(int err)> fn) {
+  std::lock_guard<std::mutex> lk(mu_);
+  on_failure_ = std::move(fn);
+}
+
 void AsyncWriter::run() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
@@ -71,14 +76,15 @@ void AsyncWriter::run() {
     queue_.clear();
     busy_ = true;
     lk.unlock();
-    bool failed = !write_all(fd_, batch);
+    Status st = write_all(fd_, batch);
     lk.lock();
     busy_ = false;
     queued_bytes_ -= batch.size();
-    if (failed) {
+    if (!st) {
       failed_ = true;
       queue_.clear();
       queued_bytes_ = 0;
+      if (on_failure_) on_failure_(st.error().code);
     }
     cv_.notify_all();
   }

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,6 +31,10 @@ class AsyncWriter {
   // The end of the data: once what is queued is written, the owned fd is closed (its
   // reader sees EOF); later writes are dropped. Does not block.
   void close_after_queued();
+  // Called once, from the writer's thread, with the errno of the first failed write
+  // (EPIPE: the reader went away); output is dropped from then on. Set before it matters;
+  // set to nullptr before what it refers to goes away (it runs under the writer's lock).
+  void on_failure(std::function<void(int err)> fn);
 
  private:
   void run();
@@ -44,6 +49,7 @@ class AsyncWriter {
   bool stop_ = false;
   bool closing_ = false;
   bool failed_ = false;  // the reader went away (EPIPE): output is dropped from then on
+  std::function<void(int)> on_failure_;
   std::thread thread_;
 };
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -219,6 +220,13 @@ int run_job(const LaunchOptions& opts, char** envp) {
   AgentOptions ao;
   ao.kill_grace = opts.kill_grace;
   LocalAgent agent(ao, **sink, &*watchdog);
+  // hvdrun's output has no reader any more (`hvdrun ... | head -1`): the job ends as mpirun's
+  // does, without a word (the reader is gone) and with SIGPIPE's status, 141.
+  (*sink)->on_reader_gone([&agent] { agent.request_teardown("", 128 + SIGPIPE); });
+  struct ClearReaderGone {
+    TaggedOutput& s;
+    ~ClearReaderGone() { s.on_reader_gone(nullptr); }
+  } clear_reader_gone{**sink};
 
   rdv::ServerOptions so;
   so.bind_address = addressing->bind_addr;

@@ -92,6 +92,18 @@ void TaggedOutput::notice(std::string_view line) {
   err_.write(std::move(s));
 }
 
+void TaggedOutput::on_reader_gone(std::function<void()> fn) {
+  for (AsyncWriter* w : {&out_, &err_}) {
+    if (!fn) {
+      w->on_failure(nullptr);
+      continue;
+    }
+    w->on_failure([fn](int err) {
+      if (err == EPIPE) fn();
+    });
+  }
+}
+
 void TaggedOutput::drain() {
   out_.drain();
   err_.drain();

@@ -51,6 +51,9 @@ class TaggedOutput : public OutputSink {
   bool congested() const override;
   void notice(std::string_view line) override;
   void drain() override;
+  // `fn` is called (from a writer thread) when hvdrun's stdout or stderr has no reader any
+  // more (EPIPE): `hvdrun ... | head -1` once head has exited. nullptr clears it.
+  void on_reader_gone(std::function<void()> fn);
 
  private:
   explicit TaggedOutput(const TaggedOutputOptions& opts);

@@ -402,3 +402,30 @@ TEST(Launch, HostListsAndHostFilesPastTheirBounds) {
   EXPECT_EQ(split_lines(o.out).size(), 2u);
   std::filesystem::remove_all(dir);
 }
+
+// Issue 16.12: `hvdrun ... | head -1` ran the job to its end and exited 0 once head had
+// gone. Now the job ends at the first write that finds no reader, with status 141 (SIGPIPE)
+// and not a word on stderr, and no worker is left.
+TEST(Launch, ClosedStdoutEndsTheJobWith141) {
+  std::string dir = make_temp_dir();
+  std::string pids = dir + "/pids";
+  auto start = std::chrono::steady_clock::now();
+  auto o = run({"bash", "-c",
+                kHvdrun + " -np 2 sh -c 'echo $$ >> " + pids +
+                    "; while :; do echo line; done' 2>" + dir + "/err | head -1; echo \"rc=${PIPESTATUS[0]}\""},
+               60);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  ASSERT_FALSE(o.timed_out) << "hvdrun kept the job running after its reader left";
+  auto lines = split_lines(o.out);  // the first line of rank 0 or 1, then the status
+  ASSERT_EQ(lines.size(), 2u) << o.out;
+  EXPECT_TRUE(lines[0] == "[0]<stdout>:line" || lines[0] == "[1]<stdout>:line") << lines[0];
+  EXPECT_EQ(lines[1], "rc=141");
+  EXPECT_EQ(read_file(dir + "/err"), "");
+  EXPECT_TRUE(wait_gone(read_pids(pids), 10).empty());
+  // A job that would end by itself ends early the same way.
+  auto seq = run({"bash", "-c", kHvdrun + " -np 1 sh -c 'seq 1000000; sleep 30' | head -1; echo \"rc=${PIPESTATUS[0]}\""},
+                 60);
+  ASSERT_FALSE(seq.timed_out);
+  EXPECT_EQ(seq.out, "[0]<stdout>:1\nrc=141\n");
+  std::filesystem::remove_all(dir);
+}

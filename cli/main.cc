@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launcher/agent.h"
+#include "launcher/exit_status.h"
 #include "launcher/job.h"
 #include "launcher/options.h"
 #include "launcher/remote_agent.h"
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     auto parsed = hvdrun::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     if (!parsed) {
       std::fprintf(stderr, "hvdrun: %s\n", parsed.error().message.c_str());
-      return parsed.error().code;
+      return hvdrun::exit_code_for(parsed.error());
     }
     if (parsed->action == hvdrun::ParsedCommandLine::Action::kPrintAndExit) {
       std::fputs(parsed->print.c_str(), stdout);

@@ -122,9 +122,9 @@ Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len
   spec.on_recv = on_recv;
   spec.recv_window = window;
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us);
-  if (!s) return fail(Error{s.error().message, s.error().message.find("no progress") != std::string::npos
-                                                     ? HVD_ERR_TIMEOUT
-                                                     : HVD_ERR_PEER});
+  if (!s)
+    return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
+                      s.error().kind});
   return {};
 }
 

@@ -71,7 +71,7 @@ Status Runtime::init() {
 
   auto client = rdv::Client::connect(addr, static_cast<int>(*port), *secret, deadline);
   if (!client) {
-    bool auth = client.error().message.find("authentication") != std::string::npos;
+    bool auth = client.error().kind == ErrorKind::kAuth;
     return err(auth ? HVD_ERR_AUTH : HVD_ERR_RENDEZVOUS,
                "rank " + std::to_string(view->rank) + ": " + client.error().message);
   }

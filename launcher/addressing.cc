@@ -45,10 +45,9 @@ Result<std::vector<Pair>> candidates(const AddressingInput& in, const RemoteView
   if (out.empty() && !h.network_stack.empty() && h.network_stack == in.local_stack)
     out.push_back({"127.0.0.1", "127.0.0.1"});
   if (out.empty())
-    return make_error("cannot tell which address of this machine " + r.host +
+    return error_of(ErrorKind::kLaunchFailed, "cannot tell which address of this machine " + r.host +
                           " reaches: no network in common (its addresses: " + list(h.ifaces) +
-                          "; this machine's: " + list(in.local_ifaces) + "); pass --network-interface",
-                      exit_code::kLaunchFailed);
+                          "; this machine's: " + list(in.local_ifaces) + "); pass --network-interface");
   return out;
 }
 
@@ -88,9 +87,8 @@ Result<Addressing> plan_addressing(const AddressingInput& in) {
         if (x.iface == in.iface && (h.host_addr.empty() || !x.v6)) h.host_addr = x.addr;
       if (h.host_addr.empty() && !cands[i].empty()) h.host_addr = cands[i][0].host;
       if (h.host_addr.empty())
-        return make_error("host " + r.host + " has no address on --network-interface " + in.iface +
-                              " (its addresses: " + list(r.hello.ifaces) + ")",
-                          exit_code::kLaunchFailed);
+        return error_of(ErrorKind::kLaunchFailed, "host " + r.host + " has no address on --network-interface " + in.iface +
+                              " (its addresses: " + list(r.hello.ifaces) + ")");
     } else {
       Pair p = cands[i][0];
       for (const auto& q : cands[i])

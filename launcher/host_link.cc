@@ -18,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "launcher/exit_status.h"
 #include "common/net.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
@@ -152,7 +153,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   ssh_options_get_port(ss, &port);
   std::string label = host + ":" + std::to_string(port);
 
-  if (ssh_connect(ss) != SSH_OK) return make_error(label + ": " + connect_cause(ssh_get_error(ss)));
+  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
   fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
 
   if (s.host_key_policy != HostKeyPolicy::kNo) {
@@ -161,12 +162,12 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
         break;
       case SSH_KNOWN_HOSTS_CHANGED:
       case SSH_KNOWN_HOSTS_OTHER:
-        return make_error(label + ": host key changed: it does not match known_hosts (" + s.ssh_dir +
+        return make_error(ErrorKind::kAuth, label + ": host key changed: it does not match known_hosts (" + s.ssh_dir +
                           "/known_hosts); if the host was reinstalled, remove its old key with ssh-keygen -R");
       case SSH_KNOWN_HOSTS_UNKNOWN:
       case SSH_KNOWN_HOSTS_NOT_FOUND:
         if (s.host_key_policy == HostKeyPolicy::kYes)
-          return make_error(label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
+          return make_error(ErrorKind::kAuth, label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
                             "/known_hosts first)");
         if (ssh_session_update_known_hosts(ss) != SSH_OK)
           return make_error(label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
@@ -187,7 +188,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   } else {
     rc = ssh_userauth_publickey_auto(ss, nullptr, nullptr);
   }
-  if (rc != SSH_AUTH_SUCCESS) return make_error(label + ": authentication failed (publickey)");
+  if (rc != SSH_AUTH_SUCCESS) return make_error(ErrorKind::kAuth, label + ": authentication failed (publickey)");
 
   Channel channel(ssh_channel_new(ss));
   if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK)
@@ -296,7 +297,7 @@ Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::strin
   const std::string& host = label;
   const char* path = std::getenv("PATH");
   auto exe = resolve_program(argv[0], path ? path : "");
-  if (!exe) return make_error(host + ": " + exe.error().message, 2);
+  if (!exe) return error_of(ErrorKind::kUsage, host + ": " + exe.error().message);
   int in[2];
   if (pipe2(in, O_CLOEXEC) != 0) return make_error(host + ": pipe: " + std::strerror(errno));
   UniqueFd in_rd(in[0]), in_wr(in[1]);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "launcher/exit_status.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
 
@@ -54,23 +55,22 @@ Result<HostToken> split_host_token(std::string_view tok) {
   bool bracketed = false;
   if (!tok.empty() && tok[0] == '[') {
     size_t close = tok.find(']');
-    if (close == std::string_view::npos) return make_error("missing ']' in " + quoted(tok), 2);
+    if (close == std::string_view::npos) return error_of(ErrorKind::kUsage, "missing ']' in " + quoted(tok));
     out.host = std::string(tok.substr(1, close - 1));
     rest = tok.substr(close + 1);
     bracketed = true;
     if (!rest.empty() && rest[0] != ':')
-      return make_error("unexpected " + quoted(rest) + " after ']' in " + quoted(tok), 2);
+      return error_of(ErrorKind::kUsage, "unexpected " + quoted(rest) + " after ']' in " + quoted(tok));
   } else {
     size_t colon = tok.find(':');
     if (colon != std::string_view::npos && tok.find(':', colon + 1) != std::string_view::npos)
-      return make_error(quoted(tok) + ": IPv6 addresses must be written in brackets, as [" + printable(tok) +
-                            "]:SLOTS",
-                        2);
+      return error_of(ErrorKind::kUsage, quoted(tok) + ": IPv6 addresses must be written in brackets, as [" + printable(tok) +
+                            "]:SLOTS");
     out.host = std::string(tok.substr(0, colon));
     rest = colon == std::string_view::npos ? std::string_view{} : tok.substr(colon);
   }
   std::string bad = check_host(out.host, bracketed);
-  if (!bad.empty()) return make_error(bad, 2);
+  if (!bad.empty()) return error_of(ErrorKind::kUsage, bad);
   if (!rest.empty()) {  // ":N"
     out.slots = std::string(rest.substr(1));
     out.has_slots = true;
@@ -89,10 +89,9 @@ class HostListBuilder {
     }
     long long sum = static_cast<long long>(hosts_[it->second].slots) + slots;
     if (sum > kMaxSlotsPerHost)
-      return make_error("host " + quoted(host) + " has " + std::to_string(sum) +
+      return error_of(ErrorKind::kUsage, "host " + quoted(host) + " has " + std::to_string(sum) +
                             " slots in all (named more than once); expected at most " +
-                            std::to_string(kMaxSlotsPerHost),
-                        2);
+                            std::to_string(kMaxSlotsPerHost));
     hosts_[it->second].slots = static_cast<int>(sum);
     return {};
   }
@@ -108,7 +107,7 @@ Result<long long> parse_slots(std::string_view s, std::string_view what, long lo
   if (!n && s.size() > 0) {  // the number quoted as parse_int would not
     bool plain = true;
     for (char c : s) plain = plain && c >= 0x20 && c < 0x7f;
-    if (!plain) return make_error(std::string(what) + " " + quoted(s) + ": expected an integer", 2);
+    if (!plain) return error_of(ErrorKind::kUsage, std::string(what) + " " + quoted(s) + ": expected an integer");
   }
   return n;
 }
@@ -133,10 +132,10 @@ void add_host(std::vector<HostSlots>& hosts, const std::string& host, int slots)
 Result<std::vector<HostSlots>> parse_host_list(std::string_view list) {
   HostListBuilder hosts;
   auto ctx = "host list " + quoted(list);
-  if (trim(list).empty()) return make_error(ctx + ": expected host[:slots],...", 2);
+  if (trim(list).empty()) return error_of(ErrorKind::kUsage, ctx + ": expected host[:slots],...");
   for (const std::string& raw : split(list, ',')) {
     std::string_view tok = trim(raw);
-    if (tok.empty()) return make_error(ctx + ": empty entry; expected host[:slots],...", 2);
+    if (tok.empty()) return error_of(ErrorKind::kUsage, ctx + ": empty entry; expected host[:slots],...");
     auto ht = split_host_token(tok);
     if (!ht) return wrap(ht.error(), ctx);
     long long slots = 1;
@@ -169,7 +168,7 @@ Result<std::vector<HostSlots>> parse_hostfile_text(std::string_view text, const 
       continue;
     }
     auto where = [&](const std::string& msg) {
-      return make_error(printable(filename) + ":" + std::to_string(lineno) + ": " + msg, 2);
+      return error_of(ErrorKind::kBadHostFile, printable(filename) + ":" + std::to_string(lineno) + ": " + msg);
     };
     // Tokens separated by blanks.
     toks.clear();
@@ -215,12 +214,12 @@ Result<std::vector<HostSlots>> parse_hostfile_text(std::string_view text, const 
     any = true;
     if (text.empty()) break;
   }
-  if (!any) return make_error(printable(filename) + ": no hosts in host file", 2);
+  if (!any) return error_of(ErrorKind::kBadHostFile, printable(filename) + ": no hosts in host file");
   return hosts.take();
 }
 
 Result<std::vector<HostSlots>> read_hostfile(const std::string& path) {
-  auto fail = [&](const std::string& why) { return make_error("host file " + quoted(path) + ": " + why, 2); };
+  auto fail = [&](const std::string& why) { return error_of(ErrorKind::kBadHostFile, "host file " + quoted(path) + ": " + why); };
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below anyway).
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd.valid()) return fail(std::strerror(errno));

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "launcher/exit_status.h"
 #include "common/deadline.h"
 #include "common/strings.h"
 #include "common/tunables.h"
@@ -39,7 +40,7 @@ namespace {
 
 int fail(const Error& e) {
   std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
-  return e.code;
+  return exit_code_for(e);
 }
 
 
@@ -79,7 +80,10 @@ int fail_all(const std::vector<Error>& errors, size_t hosts, const std::string& 
   for (const auto& e : errors) std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
   std::fprintf(stderr, "hvdrun: %zu of %zu remote host(s) %s; nothing was started on any host\n", errors.size(), hosts,
                what.c_str());
-  return errors.front().code > 0 && errors.front().code != 1 ? errors.front().code : exit_code::kLaunchFailed;
+  // The first host's kind decides; an error without one is a launch failure.
+  const Error& first = errors.front();
+  if (first.kind != ErrorKind::kUnspecified) return exit_code_for(first);
+  return first.code > 1 ? first.code : exit_code::kLaunchFailed;
 }
 
 }  // namespace
@@ -118,7 +122,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   for (const auto& r : plan->ranks) need.local_ranks += remote_index.count(r.host) ? 0 : 1;
   need.remote_hosts = static_cast<long long>(remote_names.size());
   if (auto st = check_process_budget(read_process_budget(), need); !st)
-    return fail(make_error(st.error().message, exit_code::kLaunchFailed));
+    return fail(error_of(ErrorKind::kResourceLimit, st.error().message));
 
   std::string secret = rdv::new_secret();
   JobEnv base;
@@ -129,7 +133,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   std::string iface_addr;
   if (!opts.network_interface.empty()) {
     auto a = interface_address(opts.network_interface);
-    if (!a) return fail(make_error("--network-interface: " + a.error().message, exit_code::kUsage));
+    if (!a) return fail(error_of(ErrorKind::kUsage, "--network-interface: " + a.error().message));
     iface_addr = *a;
   }
 
@@ -196,7 +200,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   if (base.master_port == 0) {
     auto port = free_tcp_port();
     if (!port)
-      return fail(make_error("cannot find a free port for MASTER_PORT: " + port.error().message, exit_code::kLaunchFailed));
+      return fail(error_of(ErrorKind::kLaunchFailed, "cannot find a free port for MASTER_PORT: " + port.error().message));
     base.master_port = *port;
   }
   auto env_of_host = [&](const std::string& host) {

@@ -1,5 +1,7 @@
 #include "launcher/launch_command.h"
 
+#include "launcher/exit_status.h"
+
 #include <wordexp.h>
 
 #include <algorithm>
@@ -12,7 +14,7 @@ Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
   if (s == "yes") return HostKeyPolicy::kYes;
   if (s == "accept-new") return HostKeyPolicy::kAcceptNew;
   if (s == "no") return HostKeyPolicy::kNo;
-  return make_error("--ssh-host-key-checking '" + s + "': expected yes, accept-new or no", 2);
+  return error_of(ErrorKind::kUsage, "--ssh-host-key-checking '" + s + "': expected yes, accept-new or no");
 }
 
 std::string shell_quote(const std::string& w) {
@@ -29,10 +31,10 @@ Result<std::vector<std::string>> split_command_line(const std::string& line, con
   std::vector<std::string> argv;
   wordexp_t words{};
   if (wordexp(line.c_str(), &words, WRDE_NOCMD | WRDE_UNDEF) != 0)
-    return make_error(what + " '" + line + "': expected a command line without substitutions", 2);
+    return error_of(ErrorKind::kUsage, what + " '" + line + "': expected a command line without substitutions");
   for (size_t i = 0; i < words.we_wordc; ++i) argv.push_back(words.we_wordv[i]);
   wordfree(&words);
-  if (argv.empty()) return make_error(what + " is empty", 2);
+  if (argv.empty()) return error_of(ErrorKind::kUsage, what + " is empty");
   return argv;
 }
 
@@ -55,7 +57,7 @@ Result<std::vector<std::string>> template_argv(const std::string& launch_command
   for (size_t at = marked.find("{host}"); at != std::string::npos; at = marked.find("{host}", at + mark.size()))
     marked.replace(at, 6, mark);
   auto argv = split_command_line(marked, "--launch-command");
-  if (!argv) return make_error("--launch-command '" + launch_command + "': expected a command line without substitutions", 2);
+  if (!argv) return error_of(ErrorKind::kUsage, "--launch-command '" + launch_command + "': expected a command line without substitutions");
   bool placed = false;
   for (auto& w : *argv)
     for (size_t at = w.find(mark); at != std::string::npos; at = w.find(mark, at + host.size())) {

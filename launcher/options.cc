@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launcher/exit_status.h"
 #include "common/strings.h"
 #include "common/tunables.h"
 #include "hvdrun_version.h"
@@ -130,7 +131,7 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     return out;
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
-    return make_error(msg + " (see 'hvdrun --help')", 2);
+    return error_of(ErrorKind::kUsage, msg + " (see 'hvdrun --help')");
   }
 
   // As horovodrun: the flags set the workers' variables (ahead of -x, which can still
@@ -149,9 +150,8 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   if (!o.command.empty() && o.command.front() == "--") {
     o.command.erase(o.command.begin());
   } else if (!o.command.empty() && o.command.front().size() > 1 && o.command.front()[0] == '-') {
-    return make_error("unknown option '" + o.command.front() + "' (see 'hvdrun --help'; put '--' before a command "
-                          "that starts with '-')",
-                      2);
+    return error_of(ErrorKind::kUsage, "unknown option '" + o.command.front() + "' (see 'hvdrun --help'; put '--' before a command "
+                          "that starts with '-')");
   }
 
   if (!np_s.empty()) {
@@ -178,9 +178,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     o.rendezvous_port = static_cast<int>(*p);
   }
   if (o.log_level.empty()) o.log_level = o.verbose ? "debug" : tunable_string("HVDRUN_LOG_LEVEL");
-  if (o.command.empty()) return make_error("missing command: usage: hvdrun [options] [--] command [args...]", 2);
+  if (o.command.empty()) return error_of(ErrorKind::kUsage, "missing command: usage: hvdrun [options] [--] command [args...]");
   if (!o.hosts.empty() && !o.hostfile.empty())
-    return make_error("-H/--hosts and --hostfile cannot be used together; give one of them", 2);
+    return error_of(ErrorKind::kUsage, "-H/--hosts and --hostfile cannot be used together; give one of them");
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "launcher/exit_status.h"
 #include "common/socket_io.h"
 #include "launcher/line_splitter.h"
 
@@ -53,18 +54,16 @@ Result<std::unique_ptr<TaggedOutput>> TaggedOutput::create(const TaggedOutputOpt
     std::filesystem::path dir = std::filesystem::path(opts.output_dir) / ("rank." + num);
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) return make_error("--output-filename '" + opts.output_dir + "': cannot create " + dir.string() + ": " +
-                                  ec.message(),
-                              2);
+    if (ec) return error_of(ErrorKind::kUsage, "--output-filename '" + opts.output_dir + "': cannot create " + dir.string() + ": " +
+                                  ec.message());
     std::array<UniqueFd, 2> fds;
     const char* names[2] = {"stdout", "stderr"};
     for (int i = 0; i < 2; ++i) {
       std::string path = (dir / names[i]).string();
       fds[i].reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fds[i].valid())
-        return make_error("--output-filename '" + opts.output_dir + "': cannot open " + path + ": " +
-                              std::strerror(errno),
-                          2);
+        return error_of(ErrorKind::kUsage, "--output-filename '" + opts.output_dir + "': cannot open " + path + ": " +
+                              std::strerror(errno));
     }
     sink->files_.emplace(r, std::move(fds));
   }

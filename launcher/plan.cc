@@ -11,7 +11,7 @@ Result<LauncherKind> parse_launcher_kind(const std::string& s) {
   if (s == "ssh") return LauncherKind::kSsh;
   if (s == "command") return LauncherKind::kCommand;
   if (s == "slurm") return LauncherKind::kSlurm;
-  return make_error("--launcher '" + s + "': expected slurm, ssh, local or command", exit_code::kUsage);
+  return error_of(ErrorKind::kUsage, "--launcher '" + s + "': expected slurm, ssh, local or command");
 }
 
 const char* launcher_kind_name(LauncherKind k) {
@@ -46,29 +46,25 @@ Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string,
   switch (plan.launcher) {
     case LauncherKind::kSlurm:
       if (plan.slurm_job_id.empty())
-        return make_error("--launcher slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set); run hvdrun "
-                          "under salloc or in an sbatch script",
-                          exit_code::kUsage);
+        return error_of(ErrorKind::kUsage, "--launcher slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set); run hvdrun "
+                          "under salloc or in an sbatch script");
       break;
     case LauncherKind::kCommand:
       if (opts.launch_command.empty())
-        return make_error("--launcher command needs --launch-command 'PROGRAM ... {host} ...'", exit_code::kUsage);
+        return error_of(ErrorKind::kUsage, "--launcher command needs --launch-command 'PROGRAM ... {host} ...'");
       [[fallthrough]];
     case LauncherKind::kSsh:
       if (!hosts_given)
-        return make_error(std::string("--launcher ") + launcher_kind_name(plan.launcher) +
-                              " needs the hosts: -H or --hostfile",
-                          exit_code::kUsage);
+        return error_of(ErrorKind::kUsage, std::string("--launcher ") + launcher_kind_name(plan.launcher) +
+                              " needs the hosts: -H or --hostfile");
       break;
     case LauncherKind::kLocal:
       if (hosts_given)
-        return make_error("--launcher local runs every rank on this machine: drop -H/--hostfile, or use --launcher ssh",
-                          exit_code::kUsage);
+        return error_of(ErrorKind::kUsage, "--launcher local runs every rank on this machine: drop -H/--hostfile, or use --launcher ssh");
       break;
   }
   if (!opts.launch_command.empty() && plan.launcher != LauncherKind::kCommand)
-    return make_error(std::string("--launch-command is for --launcher command, not ") + launcher_kind_name(plan.launcher),
-                      exit_code::kUsage);
+    return error_of(ErrorKind::kUsage, std::string("--launch-command is for --launcher command, not ") + launcher_kind_name(plan.launcher));
 
   int np = opts.np;
   if (!opts.hosts.empty()) {
@@ -89,7 +85,7 @@ Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string,
       np = *n;
     }
   } else {
-    if (np == 0) return make_error("-np is required when no hosts are given (-H or --hostfile)", exit_code::kUsage);
+    if (np == 0) return error_of(ErrorKind::kUsage, "-np is required when no hosts are given (-H or --hostfile)");
     plan.hosts = {{"localhost", np}};
   }
   auto ranks = assign_ranks(plan.hosts, np);

@@ -8,21 +8,13 @@
 #include <vector>
 
 #include "common/result.h"
+#include "launcher/exit_status.h"
 #include "launcher/hosts.h"
 #include "launcher/options.h"
 #include "launcher/rank_assignment.h"
 #include "launcher/worker_env.h"
 
 namespace hvdrun {
-
-// Exit codes of hvdrun itself (a worker's failure gives that worker's code).
-namespace exit_code {
-constexpr int kUsage = 2;
-constexpr int kLaunchFailed = 3;   // could not start the workers (fork, pipe, remote host)
-constexpr int kStartTimeout = 4;   // not every rank reached the rendezvous in time
-constexpr int kNotExecutable = 126;
-constexpr int kNotFound = 127;
-}  // namespace exit_code
 
 // How agents reach the hosts (--launcher; chosen from the other options when not given):
 //   local:   every rank on this machine, no agent

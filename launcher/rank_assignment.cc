@@ -1,5 +1,7 @@
 #include "launcher/rank_assignment.h"
 
+#include "launcher/exit_status.h"
+
 #include <algorithm>
 
 namespace hvdrun {
@@ -9,20 +11,17 @@ Result<std::vector<RankInfo>> assign_ranks(const std::vector<HostSlots>& hosts, 
   // past 2^31: hvdrun must not try to plan that).
   const long long slots = total_slots(hosts);
   if (np > kMaxJobRanks)
-    return make_error("-np " + std::to_string(np) + ": expected at most " + std::to_string(kMaxJobRanks) +
-                          " ranks in one job",
-                      2);
+    return error_of(ErrorKind::kUsage, "-np " + std::to_string(np) + ": expected at most " + std::to_string(kMaxJobRanks) +
+                          " ranks in one job");
   if (np <= 0) {
     if (slots > kMaxJobRanks)
-      return make_error("the hosts have " + std::to_string(slots) + " slots in all, more than the " +
-                            std::to_string(kMaxJobRanks) + " ranks one job may have; give -np",
-                        2);
+      return error_of(ErrorKind::kUsage, "the hosts have " + std::to_string(slots) + " slots in all, more than the " +
+                            std::to_string(kMaxJobRanks) + " ranks one job may have; give -np");
     np = static_cast<int>(slots);
   }
   if (np > slots)
-    return make_error("requested more processes (" + std::to_string(np) + ") than there are available slots (" +
-                          std::to_string(slots) + ")",
-                      2);
+    return error_of(ErrorKind::kUsage, "requested more processes (" + std::to_string(np) + ") than there are available slots (" +
+                          std::to_string(slots) + ")");
   std::vector<RankInfo> ranks;
   ranks.reserve(np);
   std::vector<int> local_sizes;  // per host, ranks actually placed there

@@ -26,6 +26,7 @@
 #include "launcher/agent.h"
 #include "launcher/async_writer.h"
 #include "launcher/budget.h"
+#include "launcher/exit_status.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -187,25 +188,28 @@ int run_agent_mode() {
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
-  auto setup_error = [&](const std::string& message, int code) {
-    link.send(Type::kSetupError, nlohmann::json{{"message", message}, {"code", code}}.dump());
-    return code;
+  // The error's kind travels with it: hvdrun's exit-code table decides there.
+  auto setup_error = [&](const std::string& message, ErrorKind kind) {
+    Error e = error_of(kind, message);
+    link.send(Type::kSetupError,
+              nlohmann::json{{"message", message}, {"code", e.code}, {"kind", static_cast<int>(kind)}}.dump());
+    return e.code;
   };
-  if (!job) return setup_error(job.error().message, 3);
+  if (!job) return setup_error(job.error().message, ErrorKind::kLaunchFailed);
   if (chdir(job->cwd.c_str()) != 0)
     return setup_error("working directory " + job->cwd + " is not usable here (" + std::strerror(errno) +
                            "); hvdrun starts remote ranks in the launcher's working directory",
-                       3);
+                       ErrorKind::kLaunchFailed);
   std::string path;
   for (const auto& kv : job->ranks[0].env)
     if (starts_with(kv, "PATH=")) path = kv.substr(5);
   auto exe = resolve_program(job->ranks[0].argv[0], path);
-  if (!exe) return setup_error(exe.error().message, exe.error().code);
+  if (!exe) return setup_error(exe.error().message, exe.error().kind);
   BudgetNeed need;  // this host's workers, before any is spawned
   need.local_ranks = static_cast<long long>(job->ranks.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st) return setup_error(st.error().message, 3);
+  if (auto st = check_process_budget(read_process_budget(), need); !st) return setup_error(st.error().message, ErrorKind::kResourceLimit);
   auto watchdog = Watchdog::start(job->kill_grace);
-  if (!watchdog) return setup_error(watchdog.error().message, 3);
+  if (!watchdog) return setup_error(watchdog.error().message, ErrorKind::kLaunchFailed);
   if (!link.send(Type::kReady, "")) return 1;
 
   auto sf = read_frame(in_fd, reader, 3600);

@@ -29,15 +29,14 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   if (!link) return link.error();
   link_ = std::move(*link);
   auto f = next_frame(deadline);
-  if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
+  if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type != Type::kHello) return make_error(link_->label() + ": unexpected first message from the agent");
   auto h = decode_hello(f->payload);
   if (!h) return make_error(link_->label() + ": " + h.error().message);
   hello_ = *h;
   if (hello_.version != HVDRUN_VERSION_STRING)
-    return make_error(link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
-                          ", this one " + HVDRUN_VERSION_STRING + "; install the same version on every host",
-                      exit_code::kLaunchFailed);
+    return error_of(ErrorKind::kLaunchFailed, link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
+                          ", this one " + HVDRUN_VERSION_STRING + "; install the same version on every host");
   // Our own socket's two ends, when the link is one, say exactly how this host reaches us.
   if (std::string l = link_->local_address(), p = link_->peer_address(); !l.empty() && !p.empty()) {
     hello_.launcher_addr = l;
@@ -81,15 +80,16 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
 Status RemoteHost::prepare(const AgentJob& job) {
   if (auto s = link_->write(agentwire::encode(Type::kJob, encode_job(job))); !s) return s;
   auto f = next_frame(deadline_in(settings_.start_timeout));
-  if (!f) return make_error(describe_exit(f.error().message), exit_code::kLaunchFailed);
+  if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {
     auto j = nlohmann::json::parse(f->payload, nullptr, false);
     std::string message = j.is_object() ? j.value("message", "setup failed") : "setup failed";
     int code = j.is_object() ? j.value("code", exit_code::kLaunchFailed) : exit_code::kLaunchFailed;
-    return make_error("host " + host_ + ": " + message, code);
+    ErrorKind kind = error_kind_from_int(j.is_object() ? j.value("kind", 0) : 0);
+    return make_error(kind, "host " + host_ + ": " + message, code);
   }
-  return make_error(link_->label() + ": unexpected answer to the job description", exit_code::kLaunchFailed);
+  return error_of(ErrorKind::kLaunchFailed, link_->label() + ": unexpected answer to the job description");
 }
 
 void RemoteHost::start(LocalAgent& agent, OutputSink& sink) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "launcher/exit_status.h"
 #include "common/strings.h"
 
 namespace hvdrun {
@@ -18,9 +19,9 @@ namespace {
 
 Result<std::string> check_executable(const std::string& path, const std::string& program) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return make_error(program + ": " + std::strerror(errno), 127);
-  if (S_ISDIR(st.st_mode)) return make_error(program + ": is a directory", 126);
-  if ((st.st_mode & 0111) == 0 || access(path.c_str(), X_OK) != 0) return make_error(program + ": permission denied", 126);
+  if (stat(path.c_str(), &st) != 0) return error_of(ErrorKind::kNotFound, program + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return error_of(ErrorKind::kNotExecutable, program + ": is a directory");
+  if ((st.st_mode & 0111) == 0 || access(path.c_str(), X_OK) != 0) return error_of(ErrorKind::kNotExecutable, program + ": permission denied");
   return path;
 }
 
@@ -32,9 +33,9 @@ const std::vector<int>& handled_signals() {
 }
 
 Result<std::string> resolve_program(const std::string& program, const std::string& path) {
-  if (program.empty()) return make_error("empty command", 2);
+  if (program.empty()) return error_of(ErrorKind::kUsage, "empty command");
   if (program.find('/') != std::string::npos) return check_executable(program, program);
-  Error first_bad = make_error(program + ": command not found", 127);
+  Error first_bad = error_of(ErrorKind::kNotFound, program + ": command not found");
   for (const std::string& dir : split(path.empty() ? "/usr/local/bin:/usr/bin:/bin" : path, ':')) {
     std::string cand = (dir.empty() ? "." : dir) + "/" + program;
     auto r = check_executable(cand, program);
@@ -47,7 +48,7 @@ Result<std::string> resolve_program(const std::string& program, const std::strin
 static Error pipe_error() {
   std::string msg = std::string("pipe: ") + std::strerror(errno);
   if (errno == EMFILE) msg += " (each local worker needs 2 descriptors: raise 'ulimit -n')";
-  return make_error(msg, 3);
+  return error_of(ErrorKind::kLaunchFailed, msg);
 }
 
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {

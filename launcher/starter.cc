@@ -20,6 +20,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "launcher/exit_status.h"
 #include "common/net.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
@@ -165,10 +166,10 @@ class SrunStarter : public AgentStarter {
     if (!l.valid() || setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1024) != 0 ||
         getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      return make_error(std::string("srun launch: cannot listen for the agents: ") + std::strerror(errno), 3);
+      return error_of(ErrorKind::kLaunchFailed, std::string("srun launch: cannot listen for the agents: ") + std::strerror(errno));
     listen_ = std::move(l);
     unsigned char raw[32];
-    if (RAND_bytes(raw, sizeof raw) != 1) return make_error("srun launch: no random bytes for the agents' token", 3);
+    if (RAND_bytes(raw, sizeof raw) != 1) return error_of(ErrorKind::kLaunchFailed, "srun launch: no random bytes for the agents' token");
     token_ = to_hex(raw, sizeof raw);
     // The addresses the agents may reach us at: every one of ours (loopback last; an agent
     // tries it only when it shares this machine's network stack).
@@ -181,7 +182,7 @@ class SrunStarter : public AgentStarter {
     auto argv = srun_argv(hosts, s_.remote_hvdrun);
     const char* path = std::getenv("PATH");
     auto exe = resolve_program(argv[0], path ? path : "");
-    if (!exe) return make_error("--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)", 3);
+    if (!exe) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)");
     SpawnRequest req;
     req.exe = *exe;
     req.argv = argv;
@@ -191,7 +192,7 @@ class SrunStarter : public AgentStarter {
     req.env.push_back("HVDRUN_AGENT_TOKEN=" + token_);
     req.env.push_back("HVDRUN_AGENT_STACK=" + network_stack_id());
     auto spawned = spawn_worker(req);
-    if (!spawned) return make_error("--launcher slurm: cannot start srun: " + spawned.error().message, 3);
+    if (!spawned) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: cannot start srun: " + spawned.error().message);
     pid_ = spawned->pid;
     output_thread_ = std::thread([out = out_, o = std::move(spawned->out), e = std::move(spawned->err)]() mutable {
       std::string part[2];
@@ -230,13 +231,12 @@ class SrunStarter : public AgentStarter {
         std::string why = "srun ended (exit " + std::to_string(exit_code_of(*srun_status_)) +
                           ") before the agent there connected back";
         std::string last = out_->last_line();
-        return make_error(host + ": " + why + (last.empty() ? "" : ": " + last), 3);
+        return error_of(ErrorKind::kLaunchFailed, host + ": " + why + (last.empty() ? "" : ": " + last));
       }
-      if (!error_.empty()) return make_error(host + ": " + error_, 3);
+      if (!error_.empty()) return error_of(ErrorKind::kLaunchFailed, host + ": " + error_);
       if (Clock::now() >= deadline)
-        return make_error(host + ": the agent started by srun did not connect back within --start-timeout (" +
-                              std::to_string(static_cast<int>(s_.start_timeout)) + " s)",
-                          3);
+        return error_of(ErrorKind::kLaunchFailed, host + ": the agent started by srun did not connect back within --start-timeout (" +
+                              std::to_string(static_cast<int>(s_.start_timeout)) + " s)");
       cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
     }
   }

@@ -1,5 +1,7 @@
 #include "launcher/watchdog.h"
 
+#include "launcher/exit_status.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -57,10 +59,10 @@ void sleep_ms(long ms) {
 
 Result<Watchdog> Watchdog::start(double grace_seconds) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return make_error(std::string("watchdog: pipe: ") + std::strerror(errno), 3);
+  if (pipe2(fds, O_CLOEXEC) != 0) return error_of(ErrorKind::kLaunchFailed, std::string("watchdog: pipe: ") + std::strerror(errno));
   UniqueFd rd(fds[0]), wr(fds[1]);
   pid_t pid = fork();
-  if (pid < 0) return make_error(std::string("watchdog: fork: ") + std::strerror(errno), 3);
+  if (pid < 0) return error_of(ErrorKind::kLaunchFailed, std::string("watchdog: fork: ") + std::strerror(errno));
   if (pid == 0) {
     // Own process group, deaf to the signals meant for hvdrun and its terminal.
     setpgid(0, 0);

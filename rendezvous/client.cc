@@ -70,7 +70,7 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
     return make_error("rendezvous " + c.endpoint_ + ": unexpected reply to hello (" + msg_type_name(ch->type) + ")");
   std::string server_nonce = ch->payload.substr(0, kNonceBytes);
   if (!constant_time_equal(ch->payload.substr(kNonceBytes), server_proof(secret, client_nonce, server_nonce)))
-    return make_error("rendezvous " + c.endpoint_ +
+    return make_error(ErrorKind::kAuth, "rendezvous " + c.endpoint_ +
                       ": the server failed authentication (wrong HVDRUN_SECRET, or not this job's hvdrun)");
   if (auto s = c.send(MsgType::kAuth, client_proof(secret, server_nonce, client_nonce), deadline); !s)
     return s.error();
@@ -117,7 +117,7 @@ Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time
   if (auto s = send(type, payload, deadline); !s) return s.error();
   auto f = recv(deadline);
   if (!f && f.error().message.find(": authentication failed") != std::string::npos)
-    return make_error("rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
+    return make_error(ErrorKind::kAuth, "rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
   return f;
 }
 

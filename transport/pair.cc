@@ -234,7 +234,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
     if (now - last_progress < spin) continue;  // a short, bounded spin before blocking
     if (now - last_progress > timeout) {
       Pair* culprit = received < s.recv_len ? in : out;
-      return make_error("no progress with " + culprit->peer().describe() + " for " + std::to_string(int(timeout_s)) +
+      return make_error(ErrorKind::kTimeout, "no progress with " + culprit->peer().describe() + " for " + std::to_string(int(timeout_s)) +
                         " s (HVDRUN_TIMEOUT)");
     }
     auto left = timeout - (now - last_progress);

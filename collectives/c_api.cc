@@ -1,8 +1,15 @@
-// The C API boundary: every call takes the runtime lock, turns errors into HVD_ERR_* codes
-// with a per-thread message, and never lets an exception escape.
+// The C API boundary: turns errors into HVD_ERR_* codes with a per-thread message and never
+// lets an exception escape. hvd_init and hvd_shutdown take the runtime lock; collectives
+// only take it to find the engine, and wait without it; the rank view has its own lock.
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "collectives/gpu.h"
 #include "collectives/runtime.h"
+#include "collectives/dtype.h"
+#include "hvdrun_version.h"
 #include "hvdrun/hvdrun.h"
 
 namespace {
@@ -25,21 +32,49 @@ int guarded(Fn&& fn) {
   }
 }
 
-// Runs fn(runtime) under the runtime lock, as a guarded call.
-template <class Fn>
-int with_runtime(Fn&& fn) {
-  return guarded([&] {
-    auto& rt = hvdrun::Runtime::instance();
-    std::lock_guard<std::mutex> lk(rt.mutex());
-    return fn(rt);
-  });
-}
+hvdrun::Runtime& rt() { return hvdrun::Runtime::instance(); }
 
 template <class Fn>
 int view_field(Fn&& fn) {
-  auto& rt = hvdrun::Runtime::instance();
-  std::lock_guard<std::mutex> lk(rt.mutex());
-  return rt.initialized() ? fn(rt.view()) : -1;
+  if (!rt().initialized()) return -1;
+  return fn(rt().view());
+}
+
+// Runs a submitting call and stores its handle.
+template <class Fn>
+int submit(hvd_handle_t* handle, Fn&& fn) {
+  return guarded([&]() -> hvdrun::Status {
+    if (!handle) return hvdrun::Error{"the handle pointer is null", HVD_ERR_INVALID_ARGUMENT};
+    hvdrun::Result<hvd_handle_t> h = fn();
+    if (!h) return h.error();
+    *handle = *h;
+    return {};
+  });
+}
+
+// Allocates the kept output of a finished handle and copies it out (blocking wrappers).
+int take_output(hvd_handle_t h, size_t row_elems, hvd_dtype_t dtype, void** recvbuf, size_t* rows_per_rank) {
+  return guarded([&]() -> hvdrun::Status {
+    if (!recvbuf || !rows_per_rank) return hvdrun::Error{"recvbuf or rows_per_rank is null", HVD_ERR_INVALID_ARGUMENT};
+    if (auto s = rt().result_rows(h, rows_per_rank); !s) {
+      (void)rt().wait(h);
+      return s;
+    }
+    size_t rows = 0;
+    for (int r = 0; r < rt().view().size; ++r) rows += rows_per_rank[r];
+    size_t bytes = rows * row_elems * hvdrun::dtype_size(dtype);
+    void* out = std::malloc(bytes ? bytes : 1);
+    if (!out) {
+      (void)rt().wait(h);
+      return hvdrun::Error{"out of memory for " + std::to_string(bytes) + " bytes of output", HVD_ERR_INTERNAL};
+    }
+    if (auto s = rt().wait_result(h, out); !s) {
+      std::free(out);
+      return s;
+    }
+    *recvbuf = out;
+    return {};
+  });
 }
 
 }  // namespace
@@ -47,18 +82,20 @@ int view_field(Fn&& fn) {
 extern "C" {
 
 int hvd_init(void) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.init(); });
+  return guarded([&] {
+    std::lock_guard<std::mutex> lk(rt().mutex());
+    return rt().init();
+  });
 }
 
 int hvd_shutdown(void) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.shutdown(); });
+  return guarded([&] {
+    std::lock_guard<std::mutex> lk(rt().mutex());
+    return rt().shutdown();
+  });
 }
 
-int hvd_initialized(void) {
-  auto& rt = hvdrun::Runtime::instance();
-  std::lock_guard<std::mutex> lk(rt.mutex());
-  return rt.initialized() ? 1 : 0;
-}
+int hvd_initialized(void) { return rt().initialized() ? 1 : 0; }
 
 int hvd_rank(void) { return view_field([](const hvdrun::RankView& v) { return v.rank; }); }
 int hvd_size(void) { return view_field([](const hvdrun::RankView& v) { return v.size; }); }
@@ -68,20 +105,127 @@ int hvd_cross_rank(void) { return view_field([](const hvdrun::RankView& v) { ret
 int hvd_cross_size(void) { return view_field([](const hvdrun::RankView& v) { return v.cross_size; }); }
 
 int hvd_barrier(void) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.barrier(); });
+  return guarded([&] { return rt().barrier(); });
 }
 
 int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.allreduce(sendbuf, recvbuf, count, dtype, op); });
+  return guarded([&] { return rt().allreduce(sendbuf, recvbuf, count, dtype, op); });
 }
 
 int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.broadcast(buf, count, dtype, root); });
+  return guarded([&] { return rt().broadcast(buf, count, dtype, root); });
 }
 
 int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype) {
-  return with_runtime([&](hvdrun::Runtime& rt) { return rt.allgather(sendbuf, recvbuf, sendcount, dtype); });
+  return guarded([&] { return rt().allgather(sendbuf, recvbuf, sendcount, dtype); });
 }
+
+int hvd_allreduce_async(const char* name, const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype,
+                        hvd_op_t op, double prescale, double postscale, hvd_handle_t* handle) {
+  return submit(handle, [&] {
+    return rt().allreduce_async(name, 1, &sendbuf, &recvbuf, &count, dtype, op, prescale, postscale);
+  });
+}
+
+int hvd_grouped_allreduce_async(const char* name, int n, const void* const* sendbufs, void* const* recvbufs,
+                                const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
+                                double postscale, hvd_handle_t* handle) {
+  return submit(handle, [&] {
+    return rt().allreduce_async(name, n, sendbufs, recvbufs, counts, dtype, op, prescale, postscale,
+                                "hvd_grouped_allreduce_async");
+  });
+}
+
+int hvd_broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root, hvd_handle_t* handle) {
+  return submit(handle, [&] { return rt().broadcast_async(name, buf, count, dtype, root); });
+}
+
+int hvd_allgatherv_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
+                         hvd_handle_t* handle) {
+  return submit(handle, [&] { return rt().allgatherv_async(name, sendbuf, nullptr, rows, row_elems, dtype); });
+}
+
+int hvd_alltoall_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits,
+                       hvd_dtype_t dtype, hvd_handle_t* handle) {
+  return submit(handle, [&] { return rt().alltoall_async(name, sendbuf, rows, row_elems, splits, dtype); });
+}
+
+int hvd_reducescatter_async(const char* name, const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems,
+                            hvd_dtype_t dtype, hvd_op_t op, hvd_handle_t* handle) {
+  return submit(handle, [&] { return rt().reducescatter_async(name, sendbuf, recvbuf, rows, row_elems, dtype, op); });
+}
+
+int hvd_poll(hvd_handle_t handle) {
+  try {
+    return rt().poll(handle);
+  } catch (...) {
+    return -1;
+  }
+}
+
+int hvd_wait(hvd_handle_t handle) {
+  return guarded([&] { return rt().wait(handle); });
+}
+
+int hvd_join(int* last_joined_rank) {
+  return guarded([&] { return rt().join(last_joined_rank); });
+}
+
+int hvd_result_rows(hvd_handle_t handle, size_t* rows_per_rank) {
+  return guarded([&] { return rt().result_rows(handle, rows_per_rank); });
+}
+
+int hvd_wait_result(hvd_handle_t handle, void* recvbuf) {
+  return guarded([&] { return rt().wait_result(handle, recvbuf); });
+}
+
+int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
+                          hvd_dtype_t dtype, hvd_op_t op) {
+  return guarded([&]() -> hvdrun::Status {
+    auto h = rt().allreduce_async(rt().blocking_name("grouped_allreduce").c_str(), n, sendbufs, recvbufs, counts, dtype,
+                                  op, 1, 1, "hvd_grouped_allreduce");
+    if (!h) return h.error();
+    return rt().wait(*h);
+  });
+}
+
+int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype, void** recvbuf,
+                   size_t* rows_per_rank) {
+  hvd_handle_t h = 0;
+  int rc = submit(&h, [&] {
+    return rt().allgatherv_async(rt().blocking_name("allgatherv").c_str(), sendbuf, nullptr, rows, row_elems, dtype,
+                                 "hvd_allgatherv");
+  });
+  if (rc) return rc;
+  return take_output(h, row_elems, dtype, recvbuf, rows_per_rank);
+}
+
+int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits, hvd_dtype_t dtype,
+                 void** recvbuf, size_t* rows_per_rank) {
+  hvd_handle_t h = 0;
+  int rc = submit(&h, [&] {
+    return rt().alltoall_async(rt().blocking_name("alltoall").c_str(), sendbuf, rows, row_elems, splits, dtype,
+                               "hvd_alltoall");
+  });
+  if (rc) return rc;
+  return take_output(h, row_elems, dtype, recvbuf, rows_per_rank);
+}
+
+int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
+                      hvd_op_t op) {
+  return guarded([&]() -> hvdrun::Status {
+    auto h = rt().reducescatter_async(rt().blocking_name("reducescatter").c_str(), sendbuf, recvbuf, rows, row_elems,
+                                      dtype, op, "hvd_reducescatter");
+    if (!h) return h.error();
+    return rt().wait(*h);
+  });
+}
+
+void hvd_free(void* p) { std::free(p); }
+
+int hvd_nccl_built(void) { return std::strcmp(hvdrun::gpu_backend_name(), "nccl") == 0 ? 1 : 0; }
+int hvd_cuda_built(void) { return std::strcmp(hvdrun::gpu_backend_name(), "none") != 0 ? 1 : 0; }
+const char* hvd_version(void) { return HVDRUN_VERSION_STRING; }
 
 const char* hvd_last_error(void) { return g_last_error.c_str(); }
 

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "hvdrun/hvdrun.h"
@@ -25,12 +26,13 @@ class Client;
 
 enum class Memory { kHost, kDevice };
 
+// "nccl", "staging" or "none".
+const char* gpu_backend_name();
+
 // Where `p` lives: cudaPointerGetAttributes in CUDA builds (device and managed memory are
 // kDevice; pinned and pageable host memory kHost), always kHost in the build without CUDA.
 Result<Memory> memory_of(const void* p);
 
-// "nccl", "staging" or "none".
-const char* gpu_backend_name();
 
 struct GpuSetup {
   int rank = 0, size = 1, local_rank = 0;
@@ -48,6 +50,34 @@ class GpuCollectives {
   virtual Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) = 0;
   virtual Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) = 0;
   virtual Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) = 0;
+
+  // The engine's kinds (collectives/engine.cc). Defaults: unsupported by this backend.
+  // Allreduce with prescale/postscale applied on the device (AVERAGE divides by size too).
+  virtual Status allreduce_scaled(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op,
+                                  double prescale, double postscale) {
+    if (prescale == 1 && postscale == 1) return allreduce(send, recv, count, dtype, op);
+    return unsupported("allreduce with prescale/postscale on device memory");
+  }
+  // Blocks of bytes[r] by rank into recv (device memory), or, when recv is null, into
+  // `kept` (host memory the engine keeps for hvd_wait_result).
+  virtual Status allgatherv(const void*, void*, const std::vector<size_t>&, std::vector<char>*) {
+    return unsupported("allgatherv on device memory");
+  }
+  // bytes[src * size + dst]; the blocks for rank `me`, by source, into `kept`.
+  virtual Status alltoallv(const void*, const std::vector<size_t>&, int, std::vector<char>*) {
+    return unsupported("alltoall on device memory");
+  }
+  // Reduces `count` elements across ranks; this rank's elements [first, first + mine) go to recv.
+  virtual Status reducescatter(const void*, void*, size_t, size_t, size_t, hvd_dtype_t, hvd_op_t) {
+    return unsupported("reducescatter on device memory");
+  }
+  // Host bytes to device memory (hvd_wait_result of a device operation).
+  virtual Status copy_to_device(void*, const void*, size_t) { return unsupported("copies to device memory"); }
+
+ protected:
+  static Error unsupported(const std::string& what) {
+    return Error{what + " is not supported by the " + std::string(gpu_backend_name()) + " backend", HVD_ERR_UNSUPPORTED};
+  }
 };
 
 // Collective over all ranks: each must call it (at its first device collective, or in

@@ -305,4 +305,80 @@ Status Ring::barrier() {
   return {};
 }
 
+// Variable-length allgather of small byte strings (the engine's negotiation): each step
+// receives an 8-byte length, then the body. A body up to kEagerBytes leaves with its length
+// in one write (it fits any socket buffer, so no rank can block on a neighbour that is
+// still reading its length); a longer one goes in a second step after the lengths.
+Status Ring::allgather_bytes(const std::string& mine, std::vector<std::string>* all) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  all->assign(size_, std::string());
+  (*all)[rank_] = mine;
+  constexpr size_t kEagerBytes = 32 << 10;
+  std::string out;
+  for (int s = 0; s < size_ - 1; ++s) {
+    int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
+    const std::string& body = (*all)[send_b];
+    uint64_t len = body.size(), got_len = 0;
+    bool eager = len <= kEagerBytes;
+    out.assign(reinterpret_cast<const char*>(&len), sizeof len);
+    if (eager) out += body;
+    if (auto st = step(out.data(), out.size(), reinterpret_cast<char*>(&got_len), sizeof got_len, false); !st)
+      return st;
+    if (got_len > (64u << 20))
+      return fail(Error{"rank " + std::to_string(rank_) + ": negotiation message of " + std::to_string(got_len) +
+                            " bytes from " + left_.peer().describe() + " (corrupt stream)",
+                        HVD_ERR_INTERNAL});
+    std::string& in = (*all)[recv_b];
+    in.resize(got_len);
+    if (auto st = step(eager ? nullptr : body.data(), eager ? 0 : body.size(), in.data(), in.size(), false); !st)
+      return st;
+  }
+  return {};
+}
+
+Status Ring::allgatherv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& bytes) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  std::vector<size_t> off(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) off[r + 1] = off[r] + bytes[r];
+  char* out = static_cast<char*>(recvbuf);
+  if (bytes[rank_] && out + off[rank_] != sendbuf) std::memmove(out + off[rank_], sendbuf, bytes[rank_]);
+  for (int s = 0; s < size_ - 1; ++s) {
+    int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
+    if (auto st = step(out + off[send_b], bytes[send_b], out + off[recv_b], bytes[recv_b], false); !st) return st;
+  }
+  return {};
+}
+
+// Step s (1..n-1): rank r sends right every block that started at rank r-s+1 and is going
+// at least s hops (to ranks r+1 .. r-s+n), and receives those of rank r-s; it keeps the
+// one addressed to itself and forwards the rest at the next step.
+Status Ring::alltoallv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& bytes) {
+  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  const int n = size_;
+  auto b = [&](int src, int dst) { return bytes[static_cast<size_t>(mod(src, n)) * n + mod(dst, n)]; };
+  // Where each source's block lands in recv (by source rank).
+  std::vector<size_t> recv_off(n + 1, 0);
+  for (int src = 0; src < n; ++src) recv_off[src + 1] = recv_off[src] + b(src, rank_);
+  std::vector<size_t> send_off(n + 1, 0);
+  for (int dst = 0; dst < n; ++dst) send_off[dst + 1] = send_off[dst] + b(rank_, dst);
+  const char* in = static_cast<const char*>(sendbuf);
+  char* out = static_cast<char*>(recvbuf);
+  if (b(rank_, rank_)) std::memcpy(out + recv_off[rank_], in + send_off[rank_], b(rank_, rank_));
+  // carry: the blocks of source (r - s + 1) for destinations r+1 .. (r-s+1)+n-1, in order.
+  std::string carry, next;
+  for (int d = 1; d < n; ++d) carry.append(in + send_off[mod(rank_ + d, n)], b(rank_, rank_ + d));
+  for (int s = 1; s < n; ++s) {
+    int src = rank_ - s;  // whose blocks arrive now: destinations src+s .. src+n-1 (= r .. )
+    size_t recv_len = 0;
+    for (int d = s; d < n; ++d) recv_len += b(src, src + d);
+    next.resize(recv_len);
+    if (auto st = step(carry.data(), carry.size(), next.data(), recv_len, false); !st) return st;
+    // The first block (distance s from src) is ours.
+    size_t mine = b(src, rank_);
+    if (mine) std::memcpy(out + recv_off[mod(src, n)], next.data(), mine);
+    carry.assign(next.data() + mine, recv_len - mine);
+  }
+  return {};
+}
+
 }  // namespace hvdrun

@@ -49,6 +49,22 @@ class Ring {
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status barrier();
 
+  // Engine-level helpers (collectives/engine.cc). Every rank calls them in the same order.
+  // Gathers one byte string from every rank (lengths may differ): all[r] is rank r's.
+  Status allgather_bytes(const std::string& mine, std::vector<std::string>* all);
+  // Allgather with per-rank block sizes known to every rank: recv holds the blocks by rank.
+  Status allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes_per_rank);
+  // Alltoall over the ring (store and forward): bytes[src * size + dst] is what rank src
+  // sends rank dst, known to every rank. `send` holds this rank's blocks by destination,
+  // `recv` receives the blocks addressed to this rank, by source.
+  Status alltoallv(const void* send, void* recv, const std::vector<size_t>& bytes);
+  // The socket data from the left neighbour arrives on (-1 in a job of one): a peer that
+  // starts the engine's next cycle makes it readable.
+  int left_fd() const { return left_.fd(); }
+  int right_fd() const { return right_.fd(); }
+  bool broken() const { return broken_; }
+  const std::string& broken_reason() const { return broken_reason_; }
+
   // Called with the message of a mismatch or time-out before the ring is closed, so that
   // hvdrun hears the cause before the neighbours fail on the closed connections.
   std::function<void(const std::string&)> on_fatal;

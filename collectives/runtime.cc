@@ -5,6 +5,8 @@
 #include "collectives/dtype.h"
 #include "collectives/hierarchy.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <spdlog/spdlog.h>
 
@@ -55,8 +57,12 @@ Status Runtime::init() {
   const char* addr = std::getenv("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) {
     // Not started by hvdrun: a job of one, as Horovod does.
-    view_ = RankView{};
+    {
+      std::lock_guard<std::mutex> lk(view_mu_);
+      view_ = RankView{};
+    }
     if (auto s = connect_ring(); !s) return s;
+    if (auto s = start_engine(); !s) return s;
     initialized_ = true;
     return {};
   }
@@ -95,7 +101,10 @@ Status Runtime::init() {
     int code = reg.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS;
     return err(code, "rank " + std::to_string(view->rank) + ": " + reg.error().message);
   }
-  view_ = *view;
+  {
+    std::lock_guard<std::mutex> lk(view_mu_);
+    view_ = *view;
+  }
   secret_ = *secret;
   client_.emplace(std::move(*client));
   listener_ = std::move(*listener);
@@ -104,13 +113,20 @@ Status Runtime::init() {
     client_.reset();
     return s;
   }
-  initialized_ = true;
   if (tunable_string("HVDRUN_NCCL_EAGER") == "1") {
     if (auto s = ensure_gpu(); !s) {
-      (void)shutdown();
+      ring_comm_.reset();
+      client_.reset();
       return s;
     }
   }
+  if (auto s = start_engine(); !s) {
+    gpu_.reset();
+    ring_comm_.reset();
+    client_.reset();
+    return s;
+  }
+  initialized_ = true;
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);
   return {};
@@ -180,6 +196,79 @@ Status Runtime::ensure_gpu() {
   return {};
 }
 
+RankView Runtime::view() const {
+  std::lock_guard<std::mutex> lk(view_mu_);
+  return view_;
+}
+
+Status Runtime::start_engine() {
+  EngineOptions o;
+  o.rank = view_.rank;
+  o.size = view_.size;
+  o.cycle_ms = tunable_double("HVDRUN_CYCLE_TIME");
+  o.fusion_bytes = static_cast<size_t>(tunable_int("HVDRUN_FUSION_THRESHOLD"));
+  o.cache_capacity = static_cast<size_t>(tunable_int("HVDRUN_CACHE_CAPACITY"));
+  o.stall_check_s = tunable_double("HVDRUN_STALL_CHECK_TIME_SECONDS");
+  o.stall_shutdown_s = tunable_double("HVDRUN_STALL_SHUTDOWN_TIME_SECONDS");
+  o.gpu = [this]() -> Result<GpuCollectives*> {
+    if (auto s = ensure_gpu(); !s) return s.error();
+    return gpu_.get();
+  };
+  o.on_stall = [this](const std::string& report, bool fatal) {
+    std::lock_guard<std::mutex> lk(client_mu_);
+    if (!client_) {
+      std::fprintf(stderr, "hvdrun: stalled collectives:\n%s", report.c_str());
+      return;
+    }
+    (void)client_->set(fatal ? "hvdrun/stall/shutdown" : "hvdrun/stall/warning", report);
+    if (fatal) (void)client_->report_fatal("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS:\n" + report);
+  };
+  std::string tl = tunable_string("HVDRUN_TIMELINE");
+  if (!tl.empty()) {
+    auto t = Timeline::open(tl, view_.rank, view_.host, tunable_string("HVDRUN_TIMELINE_MARK_CYCLES") == "1");
+    if (!t) return t.error();
+    timeline_ = std::move(*t);
+    o.timeline = timeline_.get();
+  }
+  engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
+  blocking_seq_ = 0;
+  return {};
+}
+
+Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!initialized_ || !engine_) return err(HVD_ERR_NOT_INITIALIZED, std::string(what) + ": call hvd_init() first");
+  return engine_;
+}
+
+Result<hvd_handle_t> Runtime::submit(const char* what, Request r) {
+  auto e = engine(what);
+  if (!e) return e.error();
+  return (*e)->submit(std::move(r));
+}
+
+namespace {
+
+Status check_name(const char* what, const char* name) {
+  if (!name || !*name) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": the name is null or empty");
+  return {};
+}
+
+Status check_dtype(const char* what, hvd_dtype_t dtype) {
+  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": invalid dtype " + std::to_string(dtype));
+  return {};
+}
+
+Status check_op(const char* what, hvd_dtype_t dtype, hvd_op_t op) {
+  if (!op_valid(op)) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": invalid op " + std::to_string(op));
+  if (op == HVD_OP_AVERAGE && !dtype_is_float(dtype))
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": average is for floating types, not " + dtype_name(dtype) +
+                                             " (use sum and divide)");
+  return {};
+}
+
+}  // namespace
+
 Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) {
   auto ma = memory_of(a);
   if (!ma) return ma.error();
@@ -190,85 +279,264 @@ Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) 
                                              (*ma == Memory::kDevice ? "device" : "host") + " memory but recvbuf in " +
                                              (*mb == Memory::kDevice ? "device" : "host") +
                                              " memory (both must be on the same side)");
-  if (*ma == Memory::kDevice)
-    if (auto s = ensure_gpu(); !s) return s.error();
   return *ma == Memory::kDevice;
 }
 
-Status Runtime::check_ready(const char* what) {
-  if (!initialized_) return err(HVD_ERR_NOT_INITIALIZED, std::string(what) + ": call hvd_init() first");
+Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
+                                              const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
+                                              double postscale, const char* what) {
+  if (auto s = check_name(what, name); !s) return s.error();
+  if (auto s = check_dtype(what, dtype); !s) return s.error();
+  if (auto s = check_op(what, dtype, op); !s) return s.error();
+  if (n < 1 || !sends || !recvs || !counts)
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": needs at least one tensor (n = " + std::to_string(n) + ")");
+  if (!std::isfinite(prescale) || !std::isfinite(postscale))
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale and postscale must be finite");
+  if ((prescale != 1 || postscale != 1) && !dtype_is_float(dtype))
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
+                                             dtype_name(dtype));
+  Request r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kAllreduce;
+  r.spec.dtype = static_cast<uint8_t>(dtype);
+  r.spec.op = static_cast<uint8_t>(op);
+  r.spec.prescale = prescale;
+  r.spec.postscale = postscale;
+  bool any_device = false, first = true;
+  for (int i = 0; i < n; ++i) {
+    if (counts[i] && (!sends[i] || !recvs[i]))
+      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer (tensor " + std::to_string(i) + ")");
+    if (counts[i]) {
+      auto dev = on_device(what, sends[i], recvs[i]);
+      if (!dev) return dev.error();
+      if (!first && *dev != any_device)
+        return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": tensors in both host and device memory");
+      any_device = *dev;
+      first = false;
+    }
+    r.spec.counts.push_back(counts[i]);
+    r.tensors.push_back({sends[i], recvs[i]});
+  }
+  r.spec.device = any_device;
+  return submit(what, std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root,
+                                              const char* what) {
+  if (auto s = check_name(what, name); !s) return s.error();
+  if (auto s = check_dtype(what, dtype); !s) return s.error();
+  int size = view().size;
+  if (root < 0 || root >= size)
+    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": root " + std::to_string(root) +
+                                             " is not a rank of this job (size " + std::to_string(size) + ")");
+  if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  Request r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kBroadcast;
+  r.spec.dtype = static_cast<uint8_t>(dtype);
+  r.spec.root = root;
+  r.spec.counts = {count};
+  if (count) {
+    auto dev = on_device(what, buf, buf);
+    if (!dev) return dev.error();
+    r.spec.device = *dev;
+  }
+  r.tensors.push_back({buf, buf});
+  return submit(what, std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::allgatherv_async(const char* name, const void* send, void* recv, size_t rows,
+                                               size_t row_elems, hvd_dtype_t dtype, const char* what) {
+  if (auto s = check_name(what, name); !s) return s.error();
+  if (auto s = check_dtype(what, dtype); !s) return s.error();
+  if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  Request r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kAllgatherv;
+  r.spec.dtype = static_cast<uint8_t>(dtype);
+  r.spec.counts = {rows};
+  r.spec.row_elems = row_elems;
+  if (rows && row_elems) {
+    auto dev = on_device(what, send, recv ? recv : send);
+    if (!dev) return dev.error();
+    r.spec.device = *dev;
+  }
+  r.tensors.push_back({send, recv});
+  return submit(what, std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send, size_t rows, size_t row_elems,
+                                             const size_t* splits, hvd_dtype_t dtype, const char* what) {
+  if (auto s = check_name(what, name); !s) return s.error();
+  if (auto s = check_dtype(what, dtype); !s) return s.error();
+  const int size = view().size;
+  Request r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kAlltoall;
+  r.spec.dtype = static_cast<uint8_t>(dtype);
+  r.spec.counts = {rows};
+  r.spec.row_elems = row_elems;
+  if (!splits) {
+    if (rows % size)
+      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(rows) +
+                                               " rows do not split equally over " + std::to_string(size) +
+                                               " ranks (pass splits)");
+    r.spec.splits.assign(size, rows / size);
+  } else {
+    size_t sum = 0;
+    for (int i = 0; i < size; ++i) sum += splits[i];
+    if (sum != rows)
+      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": splits add up to " + std::to_string(sum) +
+                                               " rows, but rows is " + std::to_string(rows));
+    r.spec.splits.assign(splits, splits + size);
+  }
+  if (rows && row_elems) {
+    if (!send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+    auto dev = on_device(what, send, send);
+    if (!dev) return dev.error();
+    r.spec.device = *dev;
+  }
+  r.tensors.push_back({send, nullptr});
+  return submit(what, std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* send, void* recv, size_t rows,
+                                                  size_t row_elems, hvd_dtype_t dtype, hvd_op_t op, const char* what) {
+  if (auto s = check_name(what, name); !s) return s.error();
+  if (auto s = check_dtype(what, dtype); !s) return s.error();
+  if (auto s = check_op(what, dtype, op); !s) return s.error();
+  const int size = view().size, rank = view().rank;
+  size_t mine = rows / size + (static_cast<size_t>(rank) < rows % size ? 1 : 0);
+  if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null sendbuf");
+  if (mine && row_elems && !recv) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null recvbuf");
+  Request r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kReducescatter;
+  r.spec.dtype = static_cast<uint8_t>(dtype);
+  r.spec.op = static_cast<uint8_t>(op);
+  r.spec.counts = {rows};
+  r.spec.row_elems = row_elems;
+  if (rows && row_elems) {
+    auto dev = on_device(what, send, mine ? recv : send);
+    if (!dev) return dev.error();
+    r.spec.device = *dev;
+  }
+  r.tensors.push_back({send, recv});
+  return submit(what, std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::barrier_async() {
+  Request r;
+  r.spec.name = blocking_name("barrier");
+  r.spec.kind = OpKind::kBarrier;
+  return submit("hvd_barrier", std::move(r));
+}
+
+Result<hvd_handle_t> Runtime::join_async() {
+  auto e = engine("hvd_join");
+  if (!e) return e.error();
+  return (*e)->join();
+}
+
+int Runtime::poll(hvd_handle_t h) {
+  auto e = engine("hvd_poll");
+  return e ? (*e)->poll(h) : -1;
+}
+
+Status Runtime::wait(hvd_handle_t h) {
+  auto e = engine("hvd_wait");
+  if (!e) return e.error();
+  return (*e)->wait(h);
+}
+
+Status Runtime::result_rows(hvd_handle_t h, size_t* rows_per_rank) {
+  if (!rows_per_rank) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_result_rows: rows_per_rank is null");
+  auto e = engine("hvd_result_rows");
+  if (!e) return e.error();
+  std::vector<size_t> rows;
+  if (auto s = (*e)->result_rows(h, &rows); !s) return s;
+  if (rows.empty()) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_result_rows: handle " + std::to_string(h) +
+                                                             " is not an allgatherv or alltoall");
+  std::copy(rows.begin(), rows.end(), rows_per_rank);
   return {};
 }
 
-// Prefixes the rank. (A mismatch or a time-out has already been told to hvdrun by the
-// ring; a lost peer is not: its own exit is the news hvdrun reports.)
-Status Runtime::after(Status s) {
-  if (s) return s;
-  Error e = s.error();
-  e.message = "rank " + std::to_string(view_.rank) + ": " + e.message;
-  return e;
+Status Runtime::wait_result(hvd_handle_t h, void* recv) {
+  auto e = engine("hvd_wait_result");
+  if (!e) return e.error();
+  return (*e)->wait_result(h, recv);
 }
 
+Status Runtime::join(int* last_joined_rank) {
+  auto e = engine("hvd_join");
+  if (!e) return e.error();
+  auto h = (*e)->join();
+  if (!h) return h.error();
+  int last = -1;
+  Status w = (*e)->wait_join(*h, &last);
+  if (w && last_joined_rank) *last_joined_rank = last;
+  return w;
+}
+
+// Names repeat every kBlockingNames calls, so that a program's repeated blocking calls hit
+// the engine's response cache; a collision needs that many blocking calls pending at once
+// in one process (threads), and is then refused as a duplicate name.
+std::string Runtime::blocking_name(const char* kind) {
+  constexpr uint64_t kBlockingNames = 64;
+  return std::string("hvdrun.") + kind + "." + std::to_string(blocking_seq_.fetch_add(1) % kBlockingNames);
+}
+
+namespace {
+template <class Fn>
+Status submit_and_wait(Runtime& rt, Fn&& submit) {
+  Result<hvd_handle_t> h = submit();
+  if (!h) return h.error();
+  return rt.wait(*h);
+}
+}  // namespace
+
 Status Runtime::allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  if (auto s = check_ready("hvd_allreduce"); !s) return s;
-  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: invalid dtype " + std::to_string(dtype));
-  if (!op_valid(op)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: invalid op " + std::to_string(op));
-  if (op == HVD_OP_AVERAGE && !dtype_is_float(dtype))
-    return err(HVD_ERR_INVALID_ARGUMENT,
-               std::string("hvd_allreduce: average is for floating types, not ") + dtype_name(dtype) +
-                   " (use sum and divide)");
-  if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allreduce: null buffer");
-  if (count) {
-    auto dev = on_device("hvd_allreduce", send, recv);
-    if (!dev) return after(dev.error());
-    if (*dev) return after(gpu_->allreduce(send, recv, count, dtype, op));
-  }
-  return after(ring_comm_->allreduce(send, recv, count, dtype, op));
+  return submit_and_wait(*this, [&] {
+    return allreduce_async(blocking_name("allreduce").c_str(), 1, &send, &recv, &count, dtype, op, 1, 1, "hvd_allreduce");
+  });
 }
 
 Status Runtime::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
-  if (auto s = check_ready("hvd_broadcast"); !s) return s;
-  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: invalid dtype " + std::to_string(dtype));
-  if (root < 0 || root >= view_.size)
-    return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: root " + std::to_string(root) + " is not a rank of this job (size " +
-                                             std::to_string(view_.size) + ")");
-  if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_broadcast: null buffer");
-  if (count) {
-    auto dev = on_device("hvd_broadcast", buf, buf);
-    if (!dev) return after(dev.error());
-    if (*dev) return after(gpu_->broadcast(buf, count, dtype, root));
-  }
-  return after(ring_comm_->broadcast(buf, count, dtype, root));
+  return submit_and_wait(*this, [&] {
+    return broadcast_async(blocking_name("broadcast").c_str(), buf, count, dtype, root, "hvd_broadcast");
+  });
 }
 
 Status Runtime::allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) {
-  if (auto s = check_ready("hvd_allgather"); !s) return s;
-  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: invalid dtype " + std::to_string(dtype));
-  if (count && (!send || !recv)) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
-  if (count) {
-    auto dev = on_device("hvd_allgather", send, recv);
-    if (!dev) return after(dev.error());
-    if (*dev) return after(gpu_->allgather(send, recv, count, dtype));
-  }
-  return after(ring_comm_->allgather(send, recv, count, dtype));
+  if (count && !recv) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
+  return submit_and_wait(*this, [&] {
+    return allgatherv_async(blocking_name("allgather").c_str(), send, recv, count, 1, dtype, "hvd_allgather");
+  });
+}
+
+Status Runtime::barrier() {
+  return submit_and_wait(*this, [&] { return barrier_async(); });
 }
 
 Status Runtime::shutdown() {
   if (!initialized_) return {};
+  std::shared_ptr<Engine> e = engine_;
+  if (e) e->stop("hvd_shutdown was called with this operation pending");
+  engine_.reset();
+  timeline_.reset();
   gpu_.reset();
   ring_comm_.reset();
-  client_.reset();
+  {
+    std::lock_guard<std::mutex> lk(client_mu_);
+    client_.reset();
+  }
   listener_ = transport::Listener{};
   initialized_ = false;
   return {};
 }
 
-Status Runtime::barrier() {
-  if (auto s = check_ready("hvd_barrier"); !s) return s;
-  return after(ring_comm_->barrier());
-}
-
 void Runtime::report_fatal(const std::string& message) {
+  std::lock_guard<std::mutex> lk(client_mu_);
   if (client_) (void)client_->report_fatal(message);
 }
 

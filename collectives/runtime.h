@@ -2,6 +2,7 @@
 // connection, and the data-plane listener. One per process.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -9,7 +10,9 @@
 #include <string>
 
 #include "common/result.h"
+#include "collectives/engine.h"
 #include "collectives/gpu.h"
+#include "collectives/timeline.h"
 #include "collectives/ring.h"
 #include "rendezvous/client.h"
 #include "transport/socket_util.h"
@@ -21,15 +24,44 @@ struct RankView {
   std::string host = "localhost";
 };
 
-// Error with an hvd error code (HVD_ERR_*) in Error::code.
+// Error with an hvd error code (HVD_ERR_*) in Error::code. Every collective goes through
+// the engine: the async calls submit, the blocking ones submit and wait.
 class Runtime {
  public:
   static Runtime& instance();
 
   Status init();
   Status shutdown();
-  bool initialized() const { return initialized_; }
-  const RankView& view() const { return view_; }
+  bool initialized() const { return initialized_.load(); }
+  // A copy, under a lock that no collective holds: never waits for one.
+  RankView view() const;
+
+  // Named, asynchronous. Arguments are checked here; the engine checks them across ranks.
+  Result<hvd_handle_t> allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
+                                       const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
+                                       double postscale, const char* what = "hvd_allreduce_async");
+  Result<hvd_handle_t> broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root,
+                                       const char* what = "hvd_broadcast_async");
+  // recv may be null (the handle keeps the output) or hold every rank's rows.
+  Result<hvd_handle_t> allgatherv_async(const char* name, const void* send, void* recv, size_t rows, size_t row_elems,
+                                        hvd_dtype_t dtype, const char* what = "hvd_allgatherv_async");
+  Result<hvd_handle_t> alltoall_async(const char* name, const void* send, size_t rows, size_t row_elems,
+                                      const size_t* splits, hvd_dtype_t dtype, const char* what = "hvd_alltoall_async");
+  Result<hvd_handle_t> reducescatter_async(const char* name, const void* send, void* recv, size_t rows,
+                                           size_t row_elems, hvd_dtype_t dtype, hvd_op_t op,
+                                           const char* what = "hvd_reducescatter_async");
+  Result<hvd_handle_t> barrier_async();
+  Result<hvd_handle_t> join_async();
+
+  int poll(hvd_handle_t h);
+  Status wait(hvd_handle_t h);
+  Status result_rows(hvd_handle_t h, size_t* rows_per_rank);
+  Status wait_result(hvd_handle_t h, void* recv);
+  Status join(int* last_joined_rank);
+
+  // Blocking calls: the next name in this process's sequence of blocking calls (ranks make
+  // them in the same order, so the names match).
+  std::string blocking_name(const char* kind);
   Status barrier();
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
@@ -41,22 +73,28 @@ class Runtime {
   std::mutex& mutex() { return mu_; }
 
  private:
-  std::mutex mu_;
-  bool initialized_ = false;
+  std::mutex mu_;  // init, shutdown, and taking the engine
+  mutable std::mutex view_mu_;
+  std::mutex client_mu_;  // the rendezvous client (engine thread and hvd_init)
+  std::atomic<bool> initialized_{false};
   RankView view_;
   std::string secret_;
   std::optional<rdv::Client> client_;
   rdv::Registered ring_;
   transport::Listener listener_;
   std::unique_ptr<Ring> ring_comm_;
+  std::unique_ptr<Timeline> timeline_;
+  std::shared_ptr<Engine> engine_;
   std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
   int gpu_generation_ = 0;
+  std::atomic<uint64_t> blocking_seq_{0};
   Status connect_ring();
+  Status start_engine();
   Status ensure_gpu();
+  Result<std::shared_ptr<Engine>> engine(const char* what);
+  Result<hvd_handle_t> submit(const char* what, Request r);
   // Whether a call's buffers are device memory (both must be on the same side).
   Result<bool> on_device(const char* what, const void* a, const void* b);
-  Status check_ready(const char* what);
-  Status after(Status s);
 };
 
 int spin_microseconds(int local_ranks);

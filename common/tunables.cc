@@ -59,6 +59,32 @@ constexpr Tunable kTable[] = {
      "CUDA device of this rank, an index within CUDA_VISIBLE_DEVICES; empty: the local rank."},
     {"HVDRUN_NCCL_EAGER", "0", TunableUse::kWorker,
      "1: create the NCCL communicator in hvd_init instead of at the first device collective."},
+    // The collective engine (libhvdrun); Horovod's names work too.
+    {"HVDRUN_FUSION_THRESHOLD", "134217728", TunableUse::kWorker,
+     "Bytes of the fusion buffer: consecutive ready allreduces of one dtype and reduction are "
+     "copied into it and reduced in one transfer; 0 disables fusion.",
+     "HOROVOD_FUSION_THRESHOLD"},
+    {"HVDRUN_CYCLE_TIME", "1", TunableUse::kWorker,
+     "Milliseconds: after a negotiation cycle that found nothing ready, new requests wait this long "
+     "for more to batch with them (a request on an idle engine starts at once).",
+     "HOROVOD_CYCLE_TIME"},
+    {"HVDRUN_CACHE_CAPACITY", "1024", TunableUse::kWorker,
+     "Agreed responses the engine caches, so that a repeated name costs one bit of negotiation; 0 disables.",
+     "HOROVOD_CACHE_CAPACITY"},
+    {"HVDRUN_STALL_CHECK_TIME_SECONDS", "60", TunableUse::kWorker,
+     "Seconds after which hvdrun warns (once) about names some ranks submitted and others did not, "
+     "naming the ranks and hosts missing; 0 disables.",
+     "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "0", TunableUse::kWorker,
+     "Seconds after which such a stall ends the job, with the same list; 0: never.",
+     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+    {"HVDRUN_TIMELINE", "", TunableUse::kWorker,
+     "File for a Chrome trace of the job's collectives: each rank writes FILE.rank<N>, and hvdrun "
+     "merges them into FILE at the end (--timeline-filename).",
+     "HOROVOD_TIMELINE"},
+    {"HVDRUN_TIMELINE_MARK_CYCLES", "0", TunableUse::kWorker,
+     "1: mark each negotiation cycle in the timeline (--timeline-mark-cycles).",
+     "HOROVOD_TIMELINE_MARK_CYCLES"},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},
@@ -90,7 +116,7 @@ std::span<const Tunable> all_tunables() { return kTable; }
 
 const Tunable* find_tunable(std::string_view env) {
   for (const auto& t : kTable)
-    if (t.env == env) return &t;
+    if (t.env == env || (!t.horovod.empty() && t.horovod == env)) return &t;
   return nullptr;
 }
 
@@ -98,6 +124,7 @@ std::string tunable_string(std::string_view env) {
   const Tunable* t = find_tunable(env);
   if (!t) throw std::logic_error("unknown tunable " + std::string(env));
   const char* v = std::getenv(std::string(env).c_str());
+  if (!v && !t->horovod.empty()) v = std::getenv(std::string(t->horovod).c_str());
   return v ? std::string(v) : std::string(t->default_value);
 }
 

@@ -16,12 +16,14 @@ struct Tunable {
   std::string_view default_value; // "" = unset
   TunableUse use;                 // who reads it (kContract: set by hvdrun for workers)
   std::string_view help;
+  std::string_view horovod = "";  // Horovod's spelling, honoured when ours is unset
 };
 
 std::span<const Tunable> all_tunables();
 const Tunable* find_tunable(std::string_view env);
 
-// The value from the environment, else the table's default. The name must be in the table.
+// The value from the environment (our name, else Horovod's alias), else the table's
+// default. The name must be in the table.
 std::string tunable_string(std::string_view env);
 // Parsed as a number; a malformed value is reported once on stderr and the default used.
 double tunable_double(std::string_view env);

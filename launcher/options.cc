@@ -27,6 +27,7 @@ std::string environment_help() {
       if (t.use != uses[i]) continue;
       std::string name(t.env);
       if (!t.default_value.empty()) name += " (default " + std::string(t.default_value) + ")";
+      if (!t.horovod.empty()) name += " (or " + std::string(t.horovod) + ")";
       out += "  " + name + "\n      " + std::string(t.help) + "\n";
     }
   }

@@ -46,12 +46,13 @@ typedef enum hvd_dtype {
 typedef enum hvd_op { HVD_OP_SUM = 0, HVD_OP_AVERAGE = 1, HVD_OP_MIN = 2, HVD_OP_MAX = 3, HVD_OP_PRODUCT = 4 } hvd_op_t;
 
 /* Connects to hvdrun's rendezvous, authenticates, registers and returns when every rank of
- * the job has registered. Calling it again after success is harmless. */
+ * the job has registered. Calling it again after success is harmless; after hvd_shutdown
+ * it starts again (every rank must call it again). */
 HVD_API int hvd_init(void);
 HVD_API int hvd_shutdown(void);
 HVD_API int hvd_initialized(void); /* 1 or 0 */
 
-/* -1 before hvd_init(). */
+/* -1 before hvd_init(). They never wait for a running collective. */
 HVD_API int hvd_rank(void);
 HVD_API int hvd_size(void);
 HVD_API int hvd_local_rank(void);
@@ -61,7 +62,8 @@ HVD_API int hvd_cross_size(void);
 
 HVD_API int hvd_barrier(void);
 
-/* Collectives: blocking; in place when sendbuf == recvbuf; count == 0 is allowed.
+/* Collectives: blocking (submit + wait on the engine below, so ranks must call them in the
+ * same order); in place when sendbuf == recvbuf; count == 0 is allowed.
  *
  * Device memory (libhvdrun built with CUDA and NCCL): buffers in CUDA device or managed
  * memory go through NCCL, one communicator per process on the device of the local rank
@@ -76,6 +78,102 @@ HVD_API int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_
 HVD_API int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
 /* recvbuf holds size * sendcount elements, rank r's at offset r * sendcount. */
 HVD_API int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype);
+
+/* ---- Asynchronous named collectives (the engine) ----
+ *
+ * One background thread per process runs every collective, the blocking calls above
+ * included (they are submit + wait, named by the order of the calls). A named request
+ * matches the request of the same name on every other rank, whatever the order in which
+ * ranks submit them; an operation runs when every rank that has not joined submitted it,
+ * in the same order on every rank. Each rank's request is checked against the others'
+ * (operation, dtype, counts or shapes, reduction op, root, scales, host/device memory): a
+ * mismatch fails the operation on every rank with HVD_ERR_MISMATCH and a message naming
+ * the tensor, the ranks and their values. A name already pending on this rank is
+ * HVD_ERR_INVALID_ARGUMENT at once. A peer that dies or calls hvd_shutdown fails every
+ * pending handle on every rank (HVD_ERR_PEER); hvd_shutdown fails this rank's pending
+ * handles. Buffers must stay valid and untouched until the handle finished.
+ *
+ * Tunables (environment, also Horovod's HOROVOD_* spelling): HVDRUN_FUSION_THRESHOLD
+ * (bytes; consecutive ready allreduces of one dtype and reduction share one transfer
+ * through a buffer this large; 0 disables fusion), HVDRUN_CYCLE_TIME (ms; how often a rank
+ * with requests pending on other ranks looks again without being woken; a request on an
+ * idle engine starts at once), HVDRUN_CACHE_CAPACITY (agreed responses kept, so that a
+ * repeated name costs one bit; 0 disables), HVDRUN_STALL_CHECK_TIME_SECONDS,
+ * HVDRUN_STALL_SHUTDOWN_TIME_SECONDS, HVDRUN_TIMELINE. See hvdrun(1). */
+typedef long long hvd_handle_t; /* > 0 */
+
+/* Returns at once; *handle identifies the operation. prescale/postscale multiply the data
+ * before/after the reduction (1.0 = none; floating dtypes only). HVD_OP_AVERAGE divides by
+ * hvd_size(). */
+HVD_API int hvd_allreduce_async(const char* name, const void* sendbuf, void* recvbuf, size_t count,
+                                hvd_dtype_t dtype, hvd_op_t op, double prescale, double postscale,
+                                hvd_handle_t* handle);
+HVD_API int hvd_broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root,
+                                hvd_handle_t* handle);
+HVD_API int hvd_poll(hvd_handle_t handle); /* 1 finished, 0 pending, -1 unknown handle */
+/* Blocks until finished; returns the operation's status (hvd_last_error() on this thread
+ * then says why it failed); releases the handle. */
+HVD_API int hvd_wait(hvd_handle_t handle);
+/* Join (Horovod's semantics): a rank out of data calls hvd_join; until every rank has
+ * joined, the other ranks' allreduces complete with each joined rank contributing zeros,
+ * and HVD_OP_AVERAGE still divides by hvd_size(), the number of all ranks, joined or not
+ * (as Horovod 0.28.1 does: its average is a sum scaled by 1/size). Broadcast, allgather,
+ * alltoall and reducescatter fail with HVD_ERR_INVALID_ARGUMENT while a rank has joined.
+ * Returns when every rank has joined, with *last_joined_rank the rank that joined last
+ * (when several joined in the same cycle, the highest of them). */
+HVD_API int hvd_join(int* last_joined_rank);
+
+/* Grouped allreduce: n tensors of one dtype/op/scales, negotiated and completed together
+ * under one name. */
+HVD_API int hvd_grouped_allreduce_async(const char* name, int n, const void* const* sendbufs,
+                                        void* const* recvbufs, const size_t* counts, hvd_dtype_t dtype,
+                                        hvd_op_t op, double prescale, double postscale, hvd_handle_t* handle);
+
+/* Allgather with a per-rank first dimension: this rank sends `rows` rows of `row_elems`
+ * elements (row_elems equal on every rank, rows may differ; a mismatch of row_elems is
+ * HVD_ERR_MISMATCH). The output (all ranks' rows, by rank) is kept by the handle. */
+HVD_API int hvd_allgatherv_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems,
+                                 hvd_dtype_t dtype, hvd_handle_t* handle);
+
+/* Alltoall with splits: sendbuf holds `rows` rows of `row_elems` elements, in size()
+ * consecutive blocks; block r (splits[r] rows) goes to rank r. splits == NULL: equal
+ * blocks (rows % size() == 0, else HVD_ERR_INVALID_ARGUMENT). The output (the rows each
+ * rank sent to this one, by rank) is kept by the handle. */
+HVD_API int hvd_alltoall_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems,
+                               const size_t* splits, hvd_dtype_t dtype, hvd_handle_t* handle);
+
+/* Reducescatter (Horovod's): the `rows` rows are reduced across ranks and split by first
+ * dimension, rank r receiving rows/size() rows plus one more when r < rows % size().
+ * recvbuf holds this rank's share. */
+HVD_API int hvd_reducescatter_async(const char* name, const void* sendbuf, void* recvbuf, size_t rows,
+                                    size_t row_elems, hvd_dtype_t dtype, hvd_op_t op, hvd_handle_t* handle);
+
+/* For outputs whose size the other ranks decide (allgatherv, alltoall): blocks until the
+ * operation finished, then fills rows_per_rank[size()] with the rows received from each
+ * rank; returns the operation's status. The handle stays valid. */
+HVD_API int hvd_result_rows(hvd_handle_t handle, size_t* rows_per_rank);
+/* Blocks until finished, copies the kept output (sum(rows_per_rank) * row_elems elements,
+ * by rank) to recvbuf (same memory kind as the inputs), releases the handle; returns the
+ * operation's status. For handles without kept output it is hvd_wait (recvbuf ignored). */
+HVD_API int hvd_wait_result(hvd_handle_t handle, void* recvbuf);
+
+/* Blocking wrappers (unnamed: ranks must call them in the same order, as with the
+ * existing blocking calls). Outputs of allgatherv/alltoall are allocated by libhvdrun
+ * (host memory, malloc) and released with hvd_free; rows_per_rank has size() entries. */
+HVD_API int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
+                                  hvd_dtype_t dtype, hvd_op_t op);
+HVD_API int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype, void** recvbuf,
+                           size_t* rows_per_rank);
+HVD_API int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits,
+                         hvd_dtype_t dtype, void** recvbuf, size_t* rows_per_rank);
+HVD_API int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
+                              hvd_op_t op);
+HVD_API void hvd_free(void* p);
+
+/* What this build has. */
+HVD_API int hvd_nccl_built(void);      /* 1 or 0 */
+HVD_API int hvd_cuda_built(void);      /* 1 or 0 */
+HVD_API const char* hvd_version(void); /* hvdrun's version, e.g. "0.1.0" */
 
 /* What the last failed call on this thread did wrong; "" when none. */
 HVD_API const char* hvd_last_error(void);

@@ -1,0 +1,1131 @@
+// The collective engine.
+//
+// Callers only queue requests (submit) and wait for them. Whichever thread holds
+// drive_mu_ runs *cycles*: the background thread when there is work and nobody waits, or a
+// thread blocked in wait() on an idle engine (so that a single call costs no hand-off
+// between threads). A cycle is one ring allgather of every rank's message:
+//
+//   flags (joined, leaving) | bit vector of pending cached requests | names whose cached
+//   response is invalid | full specs of the requests not announced before
+//
+// Every rank processes the same messages in rank order, so every rank computes the same
+// table of announced names, the same cache, and the same list of responses, in the same
+// order, without a coordinator. A name is ready when every rank that has not joined has
+// announced it (in full, or by its cache bit). Cached responses (ordered by cache id) run
+// first, then the ones from the table in the order they were first announced. Consecutive
+// host allreduces of one dtype and reduction go through the fusion buffer together.
+//
+// Cycles start on events, not on a clock: a rank with new local requests starts one at
+// once, and the other ranks join it as its message arrives on their left socket (the
+// engine waits in poll() on that socket and on an eventfd that submit() signals). So a
+// call on an idle engine costs one negotiation exchange and its transfer, never a cycle
+// period. In steady state (every name cached) the message is the bit vector only.
+//
+// The response cache: a name's agreed spec gets the lowest free id when it first runs;
+// every rank does the same insertions and evictions (LRU, HVDRUN_CACHE_CAPACITY) in the
+// same order, so ids agree. A rank that submits a cached name with a different spec
+// announces it in full and as invalid; every rank then drops it, and ranks that had sent
+// its bit announce it again in full, so the mismatch is found by the full comparison.
+#include "collectives/engine.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "collectives/dtype.h"
+#include "collectives/gpu.h"
+#include "collectives/ring.h"
+#include "collectives/timeline.h"
+
+namespace hvdrun {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllgatherv: return "allgather";
+    case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kReducescatter: return "reducescatter";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kJoin: return "join";
+  }
+  return "?";
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool per_rank_rows(OpKind k) { return k == OpKind::kAllgatherv || k == OpKind::kAlltoall; }
+bool cacheable(OpKind k) {
+  return k == OpKind::kAllreduce || k == OpKind::kBroadcast || k == OpKind::kReducescatter;
+}
+
+// Little-endian byte writer/reader for the cycle messages.
+struct Writer {
+  std::string out;
+  template <class T>
+  void put(T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out += s;
+  }
+  void u64s(const std::vector<uint64_t>& v) {
+    put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (auto x : v) put(x);
+  }
+};
+
+struct Reader {
+  const std::string& in;
+  size_t pos = 0;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T v{};
+    if (pos + sizeof v > in.size()) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, in.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  std::string str() {
+    uint32_t n = get<uint32_t>();
+    if (!ok || pos + n > in.size()) {
+      ok = false;
+      return {};
+    }
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::vector<uint64_t> u64s() {
+    uint32_t n = get<uint32_t>();
+    if (!ok || pos + 8ull * n > in.size()) {
+      ok = false;
+      return {};
+    }
+    std::vector<uint64_t> v(n);
+    for (auto& x : v) x = get<uint64_t>();
+    return v;
+  }
+};
+
+void put_spec(Writer& w, const Spec& s) {
+  w.str(s.name);
+  w.put<uint8_t>(static_cast<uint8_t>(s.kind));
+  w.put<uint8_t>(s.dtype);
+  w.put<uint8_t>(s.op);
+  w.put<uint8_t>(s.device ? 1 : 0);
+  w.put<int32_t>(s.root);
+  w.put<double>(s.prescale);
+  w.put<double>(s.postscale);
+  w.u64s(s.counts);
+  w.put<uint64_t>(s.row_elems);
+  w.u64s(s.splits);
+}
+
+Spec get_spec(Reader& r) {
+  Spec s;
+  s.name = r.str();
+  s.kind = static_cast<OpKind>(r.get<uint8_t>());
+  s.dtype = r.get<uint8_t>();
+  s.op = r.get<uint8_t>();
+  s.device = r.get<uint8_t>() != 0;
+  s.root = r.get<int32_t>();
+  s.prescale = r.get<double>();
+  s.postscale = r.get<double>();
+  s.counts = r.u64s();
+  s.row_elems = r.get<uint64_t>();
+  s.splits = r.u64s();
+  return s;
+}
+
+constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
+
+struct Message {
+  uint8_t flags = 0;
+  std::vector<uint64_t> bits;
+  std::vector<std::string> invalid;
+  std::vector<Spec> specs;
+};
+
+bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
+
+// dst[i] = src[i] * mul / div (src null: zeros). Integer dtypes are only copied (their
+// scales are 1, checked at submit).
+void scale_copy(void* dst, const void* src, size_t count, hvd_dtype_t t, double mul, double div) {
+  const size_t bytes = count * dtype_size(t);
+  if (!src) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  if (mul == 1 && div == 1) {
+    if (dst != src) std::memmove(dst, src, bytes);
+    return;
+  }
+  switch (t) {
+    case HVD_FLOAT32: {
+      const float m = static_cast<float>(mul), d = static_cast<float>(div);
+      auto* o = static_cast<float*>(dst);
+      auto* i = static_cast<const float*>(src);
+      if (div == 1)
+        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m;
+      else
+        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m / d;
+      return;
+    }
+    case HVD_FLOAT64: {
+      auto* o = static_cast<double*>(dst);
+      auto* i = static_cast<const double*>(src);
+      for (size_t k = 0; k < count; ++k) o[k] = i[k] * mul / div;
+      return;
+    }
+    case HVD_FLOAT16: {
+      auto* o = static_cast<uint16_t*>(dst);
+      auto* i = static_cast<const uint16_t*>(src);
+      for (size_t k = 0; k < count; ++k)
+        o[k] = float_to_half(static_cast<float>(half_to_float(i[k]) * mul / div));
+      return;
+    }
+    case HVD_BFLOAT16: {
+      auto* o = static_cast<uint16_t*>(dst);
+      auto* i = static_cast<const uint16_t*>(src);
+      for (size_t k = 0; k < count; ++k) o[k] = float_to_bf16(static_cast<float>(bf16_to_float(i[k]) * mul / div));
+      return;
+    }
+    default:
+      if (dst != src) std::memmove(dst, src, bytes);
+  }
+}
+
+std::string fmt_double(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+std::string join_u64(const std::vector<uint64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+bool Spec::same_as(const Spec& o) const {
+  return name == o.name && kind == o.kind && dtype == o.dtype && op == o.op && root == o.root &&
+         prescale == o.prescale && postscale == o.postscale && device == o.device && counts == o.counts &&
+         row_elems == o.row_elems && splits == o.splits;
+}
+
+struct Engine::Op {
+  hvd_handle_t handle = 0;
+  Request req;
+  bool done = false;
+  Status status;
+  enum State { kQueued, kFull, kCached, kReannounce } state = kQueued;
+  int cache_id = -1;
+  std::vector<size_t> rows_per_rank;
+  std::vector<char> output;  // kept output (allgatherv, alltoall without a recv buffer)
+  int join_last = -1;
+  double submitted = 0;
+};
+
+struct Engine::Entry {
+  uint64_t seq = 0;
+  double first = 0;
+  std::vector<std::optional<Spec>> per_rank;
+};
+
+struct Engine::CacheSlot {
+  int id = -1;
+  Spec spec;
+  uint64_t lru = 0;
+};
+
+struct Engine::Response {
+  std::string name;
+  Spec spec;
+  std::vector<Spec> per_rank;  // row-shaped kinds: every rank's spec
+  Status status;
+  bool from_cache = false;
+};
+
+Engine::Engine(Ring* ring, EngineOptions opts) : ring_(ring), opts_(std::move(opts)) {
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  joined_.assign(opts_.size, false);
+  thread_ = std::thread([this] { background(); });
+}
+
+Engine::~Engine() {
+  stop("the engine was destroyed");
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+static void signal_fd(int fd) {
+  uint64_t one = 1;
+  ssize_t n = ::write(fd, &one, sizeof one);
+  (void)n;
+}
+
+Result<hvd_handle_t> Engine::submit(Request r) {
+  std::shared_ptr<Op> op;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_ || stopping_) return Error{broken_reason_.empty() ? "the engine is stopped" : broken_reason_, broken_code_};
+    if (local_.count(r.spec.name))
+      return Error{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
+                       "': a request with this name is already pending (names must be unique among pending operations)",
+                   HVD_ERR_INVALID_ARGUMENT};
+    op = std::make_shared<Op>();
+    op->handle = next_handle_++;
+    op->req = std::move(r);
+    op->submitted = now_s();
+    ops_[op->handle] = op;
+    local_[op->req.spec.name] = op;
+    queue_.push_back(op);
+    if (opts_.timeline) opts_.timeline->phase(op->req.spec.name, "QUEUE");
+  }
+  signal_fd(wake_fd_);
+  return op->handle;
+}
+
+Result<hvd_handle_t> Engine::join() {
+  Request r;
+  r.spec.kind = OpKind::kJoin;
+  r.spec.name = "join";
+  return submit(std::move(r));
+}
+
+std::shared_ptr<Engine::Op> Engine::find(hvd_handle_t h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = ops_.find(h);
+  return it == ops_.end() ? nullptr : it->second;
+}
+
+int Engine::poll(hvd_handle_t h) {
+  auto op = find(h);
+  if (!op) return -1;
+  std::lock_guard<std::mutex> lk(mu_);
+  return op->done ? 1 : 0;
+}
+
+void Engine::release(hvd_handle_t h) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ops_.erase(h);
+}
+
+static Error unknown_handle(hvd_handle_t h) {
+  return Error{"unknown handle " + std::to_string(h) + " (never returned, or already waited for)",
+               HVD_ERR_INVALID_ARGUMENT};
+}
+
+Status Engine::wait(hvd_handle_t h) {
+  auto op = find(h);
+  if (!op) return unknown_handle(h);
+  Status s = wait_done(op);
+  release(h);
+  return s;
+}
+
+Status Engine::result_rows(hvd_handle_t h, std::vector<size_t>* rows) {
+  auto op = find(h);
+  if (!op) return unknown_handle(h);
+  Status s = wait_done(op);
+  if (s) *rows = op->rows_per_rank;
+  return s;
+}
+
+Status Engine::wait_result(hvd_handle_t h, void* recv) {
+  auto op = find(h);
+  if (!op) return unknown_handle(h);
+  Status s = wait_done(op);
+  release(h);
+  if (s && !op->output.empty()) {
+    if (!recv) return Error{"hvd_wait_result: recvbuf is null but the operation has output", HVD_ERR_INVALID_ARGUMENT};
+    if (op->req.spec.device) {
+      auto g = opts_.gpu ? opts_.gpu() : Result<GpuCollectives*>(Error{"no GPU", HVD_ERR_UNSUPPORTED});
+      if (!g) return g.error();
+      return (*g)->copy_to_device(recv, op->output.data(), op->output.size());
+    }
+    std::memcpy(recv, op->output.data(), op->output.size());
+  }
+  return s;
+}
+
+Status Engine::wait_join(hvd_handle_t h, int* last_joined) {
+  auto op = find(h);
+  if (!op) return unknown_handle(h);
+  Status s = wait_done(op);
+  release(h);
+  if (s) *last_joined = op->join_last;
+  return s;
+}
+
+Status Engine::wait_done(const std::shared_ptr<Op>& op) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (op->done) return op->status;
+    }
+    std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
+    if (d.owns_lock()) {
+      // Nobody runs cycles: this thread does, until its operation is done.
+      drive([&] { std::lock_guard<std::mutex> lk(mu_); return op->done || quit_.load(); }, true);
+      bool more;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        more = !local_.empty() || !queue_.empty();
+      }
+      d.unlock();
+      if (more) signal_fd(wake_fd_);  // the background thread takes over what is left
+      std::lock_guard<std::mutex> lk(mu_);
+      if (op->done) return op->status;
+      if (quit_) return Error{broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_, broken_code_};
+      continue;
+    }
+    // Another thread runs cycles; it tells us when ours is done.
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait_for(lk, std::chrono::milliseconds(2), [&] { return op->done; });
+  }
+}
+
+void Engine::background() {
+  while (!quit_) {
+    bool pending;
+    {
+      std::lock_guard<std::mutex> d(drive_mu_);
+      if (quit_) break;
+      drive([this] { return quit_.load(); }, false);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (broken_) break;
+      pending = !local_.empty() || !table_.empty();
+    }
+    // A thread blocked in wait() may run the cycles now.
+    done_cv_.notify_all();
+    // Idle: sleep until local work or a peer's cycle arrives. With requests pending, look
+    // again now and then (the stall check).
+    wait_for_event(pending ? 200 : -1);
+  }
+}
+
+int Engine::work_now() {
+  int fd = ring_->left_fd();
+  if (fd >= 0) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) return 2;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (broken_) return 0;
+  if (!queue_.empty()) return 1;
+  for (auto& [name, op] : local_)
+    if (op->state == Op::kReannounce) return 1;
+  return invalidate_.empty() ? 0 : 1;
+}
+
+void Engine::wait_for_event(int timeout_ms) {
+  pollfd p[2] = {{wake_fd_, POLLIN, 0}, {ring_->left_fd(), POLLIN, 0}};
+  int n = p[1].fd >= 0 ? 2 : 1;
+  ::poll(p, n, timeout_ms);
+  if (p[0].revents & POLLIN) {
+    uint64_t v;
+    ssize_t r = ::read(wake_fd_, &v, sizeof v);
+    (void)r;
+  }
+}
+
+void Engine::drive(const std::function<bool()>& stop_when, bool block) {
+  for (;;) {
+    if (stop_when()) return;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (broken_) return;
+    }
+    if (opts_.rank == 0) check_stall();
+    if (int why = work_now()) {
+      if (why == 1 && last_cycle_idle_ && opts_.cycle_ms > 0) {
+        // The last cycle found nothing ready: give new requests HVDRUN_CYCLE_TIME to
+        // gather (a peer's cycle still starts ours at once).
+        double left_ms = (last_cycle_end_ + opts_.cycle_ms / 1000 - now_s()) * 1000;
+        if (left_ms > 0) {
+          wait_for_event(static_cast<int>(std::ceil(left_ms)));
+          if (work_now() != 2 && (last_cycle_end_ + opts_.cycle_ms / 1000 - now_s()) > 0) continue;
+        }
+      }
+      if (auto s = cycle(); !s) fail_all(s.error());
+      continue;
+    }
+    if (!block) return;
+    wait_for_event(200);
+  }
+}
+
+std::string Engine::build_message() {
+  Message m;
+  std::vector<std::shared_ptr<Op>> fresh;
+  bool leaving;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fresh.swap(queue_);
+    leaving = stopping_;
+    for (auto& [name, op] : local_)
+      if (op->state == Op::kReannounce) {
+        op->state = Op::kFull;
+        m.specs.push_back(op->req.spec);
+      }
+  }
+  for (auto& op : fresh) {
+    const Spec& s = op->req.spec;
+    if (s.kind == OpKind::kJoin) {
+      join_op_ = op;
+      op->state = Op::kFull;
+      continue;
+    }
+    auto it = cache_.find(s.name);
+    if (it != cache_.end() && it->second.spec.same_as(s)) {
+      op->state = Op::kCached;
+      op->cache_id = it->second.id;
+    } else {
+      if (it != cache_.end()) invalidate_.push_back(s.name);
+      op->state = Op::kFull;
+      m.specs.push_back(s);
+    }
+    if (opts_.timeline) {
+      opts_.timeline->phase(s.name, std::string("NEGOTIATE_") + op_kind_name(s.kind));
+    }
+  }
+  if (join_op_) m.flags |= kFlagJoined;
+  if (leaving) m.flags |= kFlagLeaving;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [name, op] : local_)
+      if (op->state == Op::kCached) {
+        size_t id = static_cast<size_t>(op->cache_id);
+        if (m.bits.size() <= id / 64) m.bits.resize(id / 64 + 1, 0);
+        m.bits[id / 64] |= uint64_t{1} << (id % 64);
+      }
+  }
+  m.invalid.swap(invalidate_);
+  Writer w;
+  w.put<uint8_t>(m.flags);
+  w.u64s(m.bits);
+  w.put<uint32_t>(static_cast<uint32_t>(m.invalid.size()));
+  for (auto& n : m.invalid) w.str(n);
+  w.put<uint32_t>(static_cast<uint32_t>(m.specs.size()));
+  for (auto& s : m.specs) put_spec(w, s);
+  return std::move(w.out);
+}
+
+Status Engine::cycle() {
+  if (opts_.timeline && opts_.timeline->mark_cycles()) opts_.timeline->instant("CYCLE_START");
+  std::string mine = build_message();
+  std::vector<std::string> all;
+  if (auto s = ring_->allgather_bytes(mine, &all); !s) return s;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.cycles;
+  }
+  return process(all);
+}
+
+std::string Engine::describe_mismatch(const std::string& name, const std::vector<const Spec*>& specs) {
+  // For the first field that differs: each value with the ranks that gave it.
+  struct Field {
+    const char* what;
+    std::function<std::string(const Spec&)> get;
+  };
+  const Spec* base = nullptr;
+  for (auto* s : specs)
+    if (s) {
+      base = s;
+      break;
+    }
+  std::vector<Field> fields = {
+      {"operation", [](const Spec& s) { return std::string(op_kind_name(s.kind)); }},
+      {"memory", [](const Spec& s) { return std::string(s.device ? "device" : "host"); }},
+      {"dtype", [](const Spec& s) { return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))); }},
+      {"reduction op", [](const Spec& s) { return std::string(op_name(static_cast<hvd_op_t>(s.op))); }},
+      {"root rank", [](const Spec& s) { return std::to_string(s.root); }},
+      {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
+      {"postscale factor", [](const Spec& s) { return fmt_double(s.postscale); }},
+      {"number of tensors", [](const Spec& s) { return std::to_string(s.counts.size()); }},
+      {"elements per row", [](const Spec& s) { return std::to_string(s.row_elems); }},
+  };
+  if (base && !per_rank_rows(base->kind))
+    fields.push_back({base->kind == OpKind::kReducescatter ? "rows" : "count",
+                      [](const Spec& s) { return s.counts.size() == 1 ? std::to_string(s.counts[0]) : join_u64(s.counts); }});
+  for (auto& f : fields) {
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (size_t r = 0; r < specs.size(); ++r) {
+      if (!specs[r]) continue;
+      std::string v = f.get(*specs[r]);
+      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == v; });
+      if (g == groups.end()) groups.push_back({v, {static_cast<int>(r)}});
+      else g->second.push_back(static_cast<int>(r));
+    }
+    if (groups.size() < 2) continue;
+    std::string msg = std::string(op_kind_name(base->kind)) + " '" + name + "': mismatched " + f.what + ":";
+    for (size_t i = 0; i < groups.size(); ++i) {
+      msg += (i ? ";" : "") + std::string(" ") + groups[i].first + " on rank" + (groups[i].second.size() > 1 ? "s " : " ");
+      for (size_t k = 0; k < groups[i].second.size(); ++k) msg += (k ? "," : "") + std::to_string(groups[i].second[k]);
+    }
+    return msg;
+  }
+  return "";
+}
+
+Status Engine::process(const std::vector<std::string>& raw) {
+  const int n = opts_.size;
+  std::vector<Message> msgs(n);
+  for (int r = 0; r < n; ++r) {
+    Reader rd{raw[r]};
+    Message& m = msgs[r];
+    m.flags = rd.get<uint8_t>();
+    m.bits = rd.u64s();
+    uint32_t ni = rd.get<uint32_t>();
+    for (uint32_t i = 0; i < ni && rd.ok; ++i) m.invalid.push_back(rd.str());
+    uint32_t ns = rd.get<uint32_t>();
+    for (uint32_t i = 0; i < ns && rd.ok; ++i) m.specs.push_back(get_spec(rd));
+    if (!rd.ok || rd.pos != raw[r].size())
+      return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
+                   HVD_ERR_INTERNAL};
+  }
+  // A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
+  for (int r = 0; r < n; ++r)
+    if (msgs[r].flags & kFlagLeaving) {
+      std::string host = r < static_cast<int>(opts_.hosts.size()) ? " (host " + opts_.hosts[r] + ")" : "";
+      return Error{r == opts_.rank ? "hvd_shutdown was called with this operation pending"
+                                   : "rank " + std::to_string(r) + host + " called hvd_shutdown; collectives with it are over",
+                   HVD_ERR_PEER};
+    }
+  for (int r = 0; r < n; ++r)
+    if ((msgs[r].flags & kFlagJoined) && !joined_[r]) {
+      joined_[r] = true;
+      last_joined_ = r;
+    }
+  int active = 0;
+  for (int r = 0; r < n; ++r) active += joined_[r] ? 0 : 1;
+
+  auto drop_cached = [&](std::string name) {  // a copy: it may be the erased key itself
+    auto it = cache_.find(name);
+    if (it == cache_.end()) return;
+    cache_ids_[it->second.id].clear();
+    cache_.erase(it);
+    std::lock_guard<std::mutex> lk(mu_);
+    auto l = local_.find(name);
+    if (l != local_.end() && l->second->state == Op::kCached) {
+      l->second->state = Op::kReannounce;
+      l->second->cache_id = -1;
+    }
+  };
+  // Invalidations first: their bits in this cycle mean nothing.
+  std::set<std::string> invalid;
+  for (auto& m : msgs)
+    for (auto& name : m.invalid) invalid.insert(name);
+  for (auto& name : invalid) {
+    if (cache_.count(name)) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.cache_invalidations;
+    }
+    drop_cached(name);
+  }
+
+  std::vector<Response> responses;
+  // Cached requests ready on every active rank, by id.
+  if (active > 0)
+    for (size_t id = 0; id < cache_ids_.size(); ++id) {
+      if (cache_ids_[id].empty()) continue;
+      bool all = true;
+      for (int r = 0; r < n && all; ++r)
+        if (!joined_[r] && !bit(msgs[r].bits, id)) all = false;
+      if (!all) continue;
+      Response resp;
+      resp.name = cache_ids_[id];
+      resp.spec = cache_.at(resp.name).spec;
+      resp.from_cache = true;
+      responses.push_back(std::move(resp));
+    }
+  // Full announcements into the table.
+  double t = now_s();
+  for (int r = 0; r < n; ++r)
+    for (auto& s : msgs[r].specs) {
+      auto [it, fresh] = table_.try_emplace(s.name);
+      if (fresh) {
+        it->second.seq = next_seq_++;
+        it->second.first = t;
+        it->second.per_rank.assign(n, std::nullopt);
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          ++stats_.cache_misses;
+        }
+      }
+      it->second.per_rank[r] = s;
+    }
+  // Table entries every active rank announced, in announcement order.
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  if (active > 0)
+    for (auto& [name, e] : table_) {
+      bool all = true;
+      for (int r = 0; r < n && all; ++r)
+        if (!joined_[r] && !e.per_rank[r]) all = false;
+      if (all) ready.push_back({e.seq, name});
+    }
+  std::sort(ready.begin(), ready.end());
+  for (auto& [seq, name] : ready) {
+    Entry e = std::move(table_.at(name));
+    table_.erase(name);
+    Response resp;
+    resp.name = name;
+    std::vector<const Spec*> specs(n, nullptr);
+    for (int r = 0; r < n; ++r)
+      if (e.per_rank[r]) specs[r] = &*e.per_rank[r];
+    const Spec* base = nullptr;
+    for (auto* s : specs)
+      if (s && !base) base = s;
+    resp.spec = *base;
+    std::string mismatch = describe_mismatch(name, specs);
+    if (!mismatch.empty()) {
+      resp.status = Error{mismatch, HVD_ERR_MISMATCH};
+    } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {
+      std::string who;
+      for (int r = 0; r < n; ++r)
+        if (joined_[r]) who += (who.empty() ? "" : ",") + std::to_string(r);
+      resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name +
+                              "' is not supported while ranks have joined (joined: " + who + ")",
+                          HVD_ERR_INVALID_ARGUMENT};
+    } else if (per_rank_rows(base->kind)) {
+      for (int r = 0; r < n; ++r) {
+        if (!specs[r]) {  // a joined rank: nothing from it (refused above, kept for safety)
+          Spec z = *base;
+          z.counts = {0};
+          z.splits.assign(n, 0);
+          resp.per_rank.push_back(z);
+        } else {
+          resp.per_rank.push_back(*specs[r]);
+        }
+      }
+    }
+    responses.push_back(std::move(resp));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& r : responses)
+      if (r.from_cache) ++stats_.cache_hits;
+  }
+
+  execute(responses);
+  last_cycle_end_ = now_s();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    last_cycle_idle_ = responses.empty() && !local_.empty();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_) return {};
+  }
+  // Cache what ran (every rank inserts in this order, so ids agree).
+  if (opts_.cache_capacity > 0)
+    for (auto& r : responses) {
+      if (!r.status || !cacheable(r.spec.kind)) continue;
+      auto it = cache_.find(r.name);
+      if (it != cache_.end()) {
+        it->second.lru = ++lru_clock_;
+        continue;
+      }
+      if (cache_.size() >= opts_.cache_capacity) {
+        auto victim = std::min_element(cache_.begin(), cache_.end(),
+                                       [](auto& a, auto& b) { return a.second.lru < b.second.lru; });
+        drop_cached(victim->first);
+      }
+      int id = 0;
+      while (id < static_cast<int>(cache_ids_.size()) && !cache_ids_[id].empty()) ++id;
+      if (id == static_cast<int>(cache_ids_.size())) cache_ids_.emplace_back();
+      cache_ids_[id] = r.name;
+      cache_[r.name] = CacheSlot{id, r.spec, ++lru_clock_};
+    }
+  // Join: done when every rank has joined.
+  if (active == 0) {
+    if (join_op_) {
+      join_op_->join_last = last_joined_;
+      complete("join", {});
+      join_op_.reset();
+    }
+    joined_.assign(n, false);
+  }
+  return {};
+}
+
+void Engine::execute(std::vector<Response>& responses) {
+  // Group fusable allreduces (same dtype and reduction, host memory) together, each group
+  // where its first member was: every rank reorders the same list the same way.
+  {
+    auto key = [](const Response& x) -> int {
+      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device) return -1;
+      int op = x.spec.op == HVD_OP_AVERAGE ? static_cast<int>(HVD_OP_SUM) : static_cast<int>(x.spec.op);
+      return x.spec.dtype * 8 + op;
+    };
+    std::vector<int> first_at(256, -1);
+    std::vector<std::pair<int, size_t>> order;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      int k = key(responses[i]);
+      int pos = static_cast<int>(i);
+      if (k >= 0) {
+        if (first_at[k] < 0) first_at[k] = pos;
+        pos = first_at[k];
+      }
+      order.push_back({pos, i});
+    }
+    std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    std::vector<Response> sorted;
+    sorted.reserve(responses.size());
+    for (auto& [pos, i] : order) sorted.push_back(std::move(responses[i]));
+    responses.swap(sorted);
+  }
+  const size_t nresp = responses.size();
+  size_t i = 0;
+  while (i < nresp) {
+    Response& r = responses[i];
+    if (!r.status) {
+      complete(r.name, r.status);
+      ++i;
+      continue;
+    }
+    auto fusable = [&](const Response& x) {
+      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device;
+    };
+    auto reduce_of = [](const Spec& s) { return s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op; };
+    auto bytes_of = [](const Spec& s) {
+      size_t b = 0;
+      for (auto c : s.counts) b += c * dtype_size(static_cast<hvd_dtype_t>(s.dtype));
+      return b;
+    };
+    if (fusable(r) && opts_.fusion_bytes > 0 && bytes_of(r.spec) <= opts_.fusion_bytes) {
+      std::vector<Response*> batch{&r};
+      size_t total = bytes_of(r.spec), j = i + 1;
+      while (j < nresp && fusable(responses[j]) && responses[j].spec.dtype == r.spec.dtype &&
+             reduce_of(responses[j].spec) == reduce_of(r.spec) && total + bytes_of(responses[j].spec) <= opts_.fusion_bytes) {
+        total += bytes_of(responses[j].spec);
+        batch.push_back(&responses[j]);
+        ++j;
+      }
+      Status s = run_allreduce_batch(batch);
+      if (!s) {
+        fail_all(s.error());
+        return;
+      }
+      i = j;
+      continue;
+    }
+    Status s = run_one(r);
+    if (!s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring_->broken())) {
+      fail_all(s.error());
+      return;
+    }
+    complete(r.name, s);
+    ++i;
+  }
+}
+
+// Several allreduces through the fusion buffer: each tensor is copied in with its prescale,
+// the buffer reduced once, and each copied out with its postscale (and 1/size for an
+// average). A batch of one tensor runs in place instead.
+Status Engine::run_allreduce_batch(std::vector<Response*>& batch) {
+  size_t tensors = 0, total = 0;
+  const auto dtype = static_cast<hvd_dtype_t>(batch[0]->spec.dtype);
+  const size_t es = dtype_size(dtype);
+  for (auto* r : batch) {
+    tensors += r->spec.counts.size();
+    for (auto c : r->spec.counts) total += c;
+  }
+  if (tensors == 1) {
+    Status s = run_one(*batch[0]);
+    if (!s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring_->broken())) return s;
+    complete(batch[0]->name, s);
+    return {};
+  }
+  std::vector<std::shared_ptr<Op>> ops;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto* r : batch) {
+      auto it = local_.find(r->name);
+      ops.push_back(it == local_.end() ? nullptr : it->second);
+    }
+  }
+  if (fusion_.size() < total * es) fusion_.resize(total * es);  // at most HVDRUN_FUSION_THRESHOLD
+  size_t off = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Spec& s = batch[b]->spec;
+    if (opts_.timeline) opts_.timeline->phase(s.name, "MEMCPY_IN_FUSION_BUFFER");
+    for (size_t k = 0; k < s.counts.size(); ++k) {
+      const void* src = ops[b] ? ops[b]->req.tensors[k].send : nullptr;
+      scale_copy(fusion_.data() + off, src, s.counts[k], dtype, s.prescale, 1);
+      off += s.counts[k] * es;
+    }
+    if (opts_.timeline) opts_.timeline->phase(s.name, "ALLREDUCE");
+  }
+  auto op = static_cast<hvd_op_t>(batch[0]->spec.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : batch[0]->spec.op);
+  Status st = ring_->allreduce(fusion_.data(), fusion_.data(), total, dtype, op);
+  if (!st) return st;
+  off = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Spec& s = batch[b]->spec;
+    double div = s.op == HVD_OP_AVERAGE ? opts_.size : 1;
+    if (opts_.timeline) opts_.timeline->phase(s.name, "MEMCPY_OUT_FUSION_BUFFER");
+    for (size_t k = 0; k < s.counts.size(); ++k) {
+      if (ops[b]) scale_copy(ops[b]->req.tensors[k].recv, fusion_.data() + off, s.counts[k], dtype, s.postscale, div);
+      off += s.counts[k] * es;
+    }
+    complete(s.name, {});
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.fused_batches;
+    stats_.fused_tensors += tensors;
+  }
+  return {};
+}
+
+Status Engine::run_one(Response& r) {
+  const Spec& s = r.spec;
+  const auto dtype = static_cast<hvd_dtype_t>(s.dtype);
+  const size_t es = dtype_size(dtype);
+  const int n = opts_.size, me = opts_.rank;
+  std::shared_ptr<Op> op;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = local_.find(r.name);
+    if (it != local_.end()) op = it->second;
+  }
+  const char* activity = op_kind_name(s.kind);
+  if (opts_.timeline) {
+    std::string up = activity;
+    for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    opts_.timeline->phase(s.name, (s.device ? "NCCL_" : "") + up);
+  }
+  GpuCollectives* gpu = nullptr;
+  if (s.device) {
+    if (!opts_.gpu) return Error{"device memory but no GPU backend", HVD_ERR_UNSUPPORTED};
+    auto g = opts_.gpu();
+    if (!g) return g.error();
+    gpu = *g;
+    if (!op) return Error{std::string(activity) + " '" + s.name + "': device tensors with joined ranks are not supported",
+                          HVD_ERR_UNSUPPORTED};
+  }
+  switch (s.kind) {
+    case OpKind::kAllreduce: {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.unfused_tensors += s.counts.size();
+      }
+      for (size_t k = 0; k < s.counts.size(); ++k) {
+        const size_t count = s.counts[k];
+        const void* send = op ? op->req.tensors[k].send : nullptr;
+        void* recv = op ? op->req.tensors[k].recv : nullptr;
+        if (gpu) {
+          if (auto st = gpu->allreduce_scaled(send, recv, count, dtype, static_cast<hvd_op_t>(s.op), s.prescale, s.postscale);
+              !st)
+            return st;
+          continue;
+        }
+        if (!op) {  // joined: contribute zeros
+          zeros_.assign(count * es, 0);
+          send = recv = zeros_.data();
+        }
+        if (s.prescale == 1 && s.postscale == 1) {
+          if (auto st = ring_->allreduce(send, recv, count, dtype, static_cast<hvd_op_t>(s.op)); !st) return st;
+          continue;
+        }
+        scale_copy(recv, send, count, dtype, s.prescale, 1);
+        auto rop = static_cast<hvd_op_t>(s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op);
+        if (auto st = ring_->allreduce(recv, recv, count, dtype, rop); !st) return st;
+        scale_copy(recv, recv, count, dtype, s.postscale, s.op == HVD_OP_AVERAGE ? n : 1);
+      }
+      return {};
+    }
+    case OpKind::kBroadcast:
+      if (gpu) return gpu->broadcast(op->req.tensors[0].recv, s.counts[0], dtype, s.root);
+      return ring_->broadcast(op->req.tensors[0].recv, s.counts[0], dtype, s.root);
+    case OpKind::kBarrier:
+      return ring_->barrier();
+    case OpKind::kAllgatherv: {
+      std::vector<size_t> bytes(n);
+      size_t total = 0;
+      op->rows_per_rank.assign(n, 0);
+      for (int p = 0; p < n; ++p) {
+        op->rows_per_rank[p] = r.per_rank[p].counts[0];
+        bytes[p] = r.per_rank[p].counts[0] * s.row_elems * es;
+        total += bytes[p];
+      }
+      void* out = op->req.tensors[0].recv;
+      if (gpu) {
+        if (!out) {
+          op->output.resize(total);
+          out = nullptr;
+        }
+        return gpu->allgatherv(op->req.tensors[0].send, out, bytes, out ? nullptr : &op->output);
+      }
+      if (!out) {
+        op->output.resize(total);
+        out = op->output.data();
+      }
+      return ring_->allgatherv(op->req.tensors[0].send, out, bytes);
+    }
+    case OpKind::kAlltoall: {
+      std::vector<size_t> bytes(static_cast<size_t>(n) * n);
+      size_t total = 0;
+      op->rows_per_rank.assign(n, 0);
+      for (int src = 0; src < n; ++src)
+        for (int dst = 0; dst < n; ++dst) {
+          bytes[static_cast<size_t>(src) * n + dst] = r.per_rank[src].splits[dst] * s.row_elems * es;
+          if (dst == me) {
+            op->rows_per_rank[src] = r.per_rank[src].splits[dst];
+            total += bytes[static_cast<size_t>(src) * n + dst];
+          }
+        }
+      if (gpu) return gpu->alltoallv(op->req.tensors[0].send, bytes, me, &op->output);
+      op->output.resize(total);
+      return ring_->alltoallv(op->req.tensors[0].send, op->output.data(), bytes);
+    }
+    case OpKind::kReducescatter: {
+      const size_t rows = s.counts[0], row = s.row_elems;
+      auto share = [&](int p) { return rows / n + (static_cast<size_t>(p) < rows % n ? 1 : 0); };
+      size_t first = 0;
+      for (int p = 0; p < me; ++p) first += share(p);
+      if (gpu) return gpu->reducescatter(op->req.tensors[0].send, op->req.tensors[0].recv, rows * row, first * row,
+                                         share(me) * row, dtype, static_cast<hvd_op_t>(s.op));
+      std::vector<char> tmp(rows * row * es);
+      if (auto st = ring_->allreduce(op->req.tensors[0].send, tmp.data(), rows * row, dtype, static_cast<hvd_op_t>(s.op));
+          !st)
+        return st;
+      if (share(me)) std::memcpy(op->req.tensors[0].recv, tmp.data() + first * row * es, share(me) * row * es);
+      return {};
+    }
+    case OpKind::kJoin:
+      break;
+  }
+  return Error{"internal: unexpected response kind", HVD_ERR_INTERNAL};
+}
+
+void Engine::complete(const std::string& name, Status s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = local_.find(name);
+  if (it == local_.end()) return;
+  auto op = it->second;
+  local_.erase(it);
+  if (!s) {
+    Error e = s.error();
+    e.message = "rank " + std::to_string(opts_.rank) + ": " + e.message;
+    s = e;
+  }
+  op->status = s;
+  op->done = true;
+  if (opts_.timeline) opts_.timeline->done(name);
+  done_cv_.notify_all();
+}
+
+void Engine::fail_all(const Error& e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!broken_) {
+    broken_ = true;
+    broken_reason_ = e.message;
+    broken_code_ = e.code;
+  }
+  std::string prefix = "rank " + std::to_string(opts_.rank) + ": ";
+  for (auto& [name, op] : local_) {
+    op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+    op->done = true;
+  }
+  for (auto& op : queue_) {
+    op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+    op->done = true;
+  }
+  local_.clear();
+  queue_.clear();
+  done_cv_.notify_all();
+}
+
+void Engine::stop(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  quit_ = true;
+  signal_fd(wake_fd_);
+  {
+    std::lock_guard<std::mutex> d(drive_mu_);
+    bool broken;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      broken = broken_;
+    }
+    // Tell the others this rank leaves: one last cycle whose message says so.
+    if (!broken && opts_.size > 1) (void)cycle();
+    fail_all(Error{why, HVD_ERR_PEER});
+  }
+  signal_fd(wake_fd_);
+  if (thread_.joinable()) thread_.join();
+}
+
+// Rank 0 sees every rank's announcements: names some ranks announced and others not, for
+// longer than HVDRUN_STALL_CHECK_TIME_SECONDS, go to hvdrun with the ranks missing.
+void Engine::check_stall() {
+  if (opts_.stall_check_s <= 0 || !opts_.on_stall) return;
+  double t = now_s();
+  if (t - last_stall_check_ < std::min(1.0, opts_.stall_check_s / 4)) return;
+  last_stall_check_ = t;
+  std::map<int, std::vector<std::string>> missing;
+  bool fatal = false, any = false;
+  for (auto& [name, e] : table_) {
+    double age = t - e.first;
+    if (age < opts_.stall_check_s) continue;
+    any = true;
+    if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
+    for (int r = 0; r < opts_.size; ++r)
+      if (!e.per_rank[r] && !joined_[r]) missing[r].push_back(name);
+  }
+  if (!any) {
+    stall_warned_ = false;
+    return;
+  }
+  if (stall_warned_ && !fatal) return;
+  stall_warned_ = true;
+  std::string report;
+  for (auto& [r, names] : missing) {
+    report += "rank " + std::to_string(r);
+    if (r < static_cast<int>(opts_.hosts.size())) report += " (host " + opts_.hosts[r] + ")";
+    report += " has not submitted:";
+    size_t shown = 0;
+    for (auto& nm : names) {
+      if (shown++ == 6) {
+        report += " ... (" + std::to_string(names.size()) + " in all)";
+        break;
+      }
+      report += " " + nm;
+    }
+    report += "\n";
+  }
+  opts_.on_stall(report, fatal);
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,179 @@
+// The asynchronous collective engine: one background thread per process that matches
+// named requests across ranks, runs them in one order everywhere, fuses small allreduces
+// and keeps the agreed responses in a cache. collectives/engine.cc explains the protocol.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "hvdrun/hvdrun.h"
+
+namespace hvdrun {
+
+class Ring;
+class GpuCollectives;
+class Timeline;
+
+enum class OpKind : uint8_t {
+  kAllreduce = 1,  // also grouped: several tensors under one name
+  kBroadcast = 2,
+  kAllgatherv = 3,
+  kAlltoall = 4,
+  kReducescatter = 5,
+  kBarrier = 6,
+  kJoin = 7,
+};
+const char* op_kind_name(OpKind k);
+
+// What a rank announces for a name: every field must agree across ranks except the
+// per-rank ones (allgatherv's rows, alltoall's rows and splits).
+struct Spec {
+  std::string name;
+  OpKind kind = OpKind::kAllreduce;
+  uint8_t dtype = HVD_FLOAT32, op = HVD_OP_SUM;
+  int32_t root = -1;
+  double prescale = 1, postscale = 1;
+  bool device = false;
+  std::vector<uint64_t> counts;  // elements per tensor; rows for the row-shaped kinds
+  uint64_t row_elems = 0;
+  std::vector<uint64_t> splits;  // alltoall: rows to each rank
+  bool same_as(const Spec& o) const;  // every agreed field
+};
+
+struct TensorArg {
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+struct Request {
+  Spec spec;
+  std::vector<TensorArg> tensors;  // one per count (broadcast: send == recv)
+};
+
+struct EngineOptions {
+  int rank = 0, size = 1;
+  double cycle_ms = 1;           // HVDRUN_CYCLE_TIME: pause between cycles that changed nothing
+  size_t fusion_bytes = 64 << 20;  // HVDRUN_FUSION_THRESHOLD, 0: no fusion
+  size_t cache_capacity = 1024;  // HVDRUN_CACHE_CAPACITY, 0: no cache
+  double stall_check_s = 60;     // HVDRUN_STALL_CHECK_TIME_SECONDS, 0: off
+  double stall_shutdown_s = 0;   // HVDRUN_STALL_SHUTDOWN_TIME_SECONDS, 0: never
+  std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)
+  // Device collectives, made on first use (on every rank at the same response).
+  std::function<Result<GpuCollectives*>()> gpu;
+  // Rank 0: a stall report (one line per name) for hvdrun; `fatal` when past shutdown.
+  std::function<void(const std::string& report, bool fatal)> on_stall;
+  Timeline* timeline = nullptr;  // optional
+};
+
+// Counters for tests and the benchmark.
+struct EngineStats {
+  uint64_t cycles = 0, cache_hits = 0, cache_misses = 0, cache_invalidations = 0, fused_batches = 0,
+           fused_tensors = 0, unfused_tensors = 0;
+};
+
+class Engine {
+ public:
+  // `ring` outlives the engine; the engine's thread is its only user from now on.
+  Engine(Ring* ring, EngineOptions opts);
+  ~Engine();  // stop("the engine was destroyed")
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks the request locally (HVD_ERR_INVALID_ARGUMENT for a pending duplicate name)
+  // and queues it. Thread-safe.
+  Result<hvd_handle_t> submit(Request r);
+  Result<hvd_handle_t> join();
+  int poll(hvd_handle_t h);  // 1 done, 0 pending, -1 unknown
+  // Blocks until done, releases the handle, returns the operation's status.
+  Status wait(hvd_handle_t h);
+  // Blocks until done; rows received from each rank (kept-output kinds). Keeps the handle.
+  Status result_rows(hvd_handle_t h, std::vector<size_t>* rows_per_rank);
+  // Blocks until done, copies the kept output (if any) to `recv`, releases the handle.
+  Status wait_result(hvd_handle_t h, void* recv);
+  // Waits for a join; *last_joined: the rank that joined last. Releases the handle.
+  Status wait_join(hvd_handle_t h, int* last_joined);
+
+  // Fails every pending handle with `why`, tells the other ranks this one leaves (so that
+  // theirs fail at once, naming it) and stops the thread. Idempotent.
+  void stop(const std::string& why);
+
+  EngineStats stats() const;
+
+ private:
+  struct Op;
+  struct Entry;
+  struct CacheSlot;
+  struct Response;
+
+  std::shared_ptr<Op> find(hvd_handle_t h);
+  Status wait_done(const std::shared_ptr<Op>& op);
+  void release(hvd_handle_t h);
+  void background();
+  // Runs cycles while there is work, holding drive_mu_; returns when `stop_when` holds or
+  // nothing is left to do. `block` lets it wait for peers while requests are pending.
+  void drive(const std::function<bool()>& stop_when, bool block);
+  // 0: nothing to do; 1: local requests to announce; 2: a peer started a cycle.
+  int work_now();
+  void wait_for_event(int timeout_ms);
+  Status cycle();
+  std::string build_message();
+  Status process(const std::vector<std::string>& messages);
+  void execute(std::vector<Response>& responses);
+  Status run_allreduce_batch(std::vector<Response*>& batch);
+  Status run_one(Response& r);
+  void complete(const std::string& name, Status s);
+  void fail_all(const Error& e);
+  void check_stall();
+  std::string describe_mismatch(const std::string& name, const std::vector<const Spec*>& specs);
+
+  Ring* ring_;
+  EngineOptions opts_;
+  int wake_fd_ = -1;  // eventfd: local work arrived
+
+  mutable std::mutex mu_;  // guards ops_, local_, queue_, broken_, stopping_, stats_
+  std::condition_variable done_cv_;
+  std::unordered_map<hvd_handle_t, std::shared_ptr<Op>> ops_;
+  std::unordered_map<std::string, std::shared_ptr<Op>> local_;  // pending, by name
+  std::vector<std::shared_ptr<Op>> queue_;                      // submitted, not yet announced
+  hvd_handle_t next_handle_ = 1;
+  bool broken_ = false;
+  std::string broken_reason_;
+  int broken_code_ = HVD_ERR_PEER;
+  bool stopping_ = false;
+  bool leave_sent_ = false;
+  EngineStats stats_;
+
+  std::mutex drive_mu_;  // held by whichever thread runs cycles
+  std::thread thread_;
+  std::atomic<bool> quit_{false};
+
+  // Engine state below: touched only by the thread holding drive_mu_.
+  std::shared_ptr<Op> join_op_;
+  bool join_announced_ = false;
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  std::vector<std::string> invalidate_;  // names to announce as invalid
+  std::map<std::string, Entry> table_;   // names announced in full, not yet run
+  uint64_t next_seq_ = 0;
+  std::unordered_map<std::string, CacheSlot> cache_;  // by name
+  std::vector<std::string> cache_ids_;                // id -> name ("" free)
+  uint64_t lru_clock_ = 0;
+  std::vector<char> fusion_;
+  std::vector<char> zeros_;
+  double last_stall_check_ = 0;
+  double last_cycle_end_ = 0;
+  bool last_cycle_idle_ = false;  // it ran nothing while requests were pending
+  bool stall_warned_ = false;
+};
+
+}  // namespace hvdrun

@@ -1,0 +1,46 @@
+// A rank's part of the job's Chrome trace (HVDRUN_TIMELINE): one JSON event per line,
+// flushed as written, so that a killed job still leaves a loadable file (Chrome's trace
+// format allows the closing bracket to be missing). hvdrun merges the ranks' files into
+// one (launcher/timeline_merge). Each rank is a process row; each tensor name a thread row
+// in it, going through its phases: QUEUE, NEGOTIATE_<OP>, MEMCPY_IN_FUSION_BUFFER, the
+// transfer (ALLREDUCE, ...), MEMCPY_OUT_FUSION_BUFFER.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "common/result.h"
+
+namespace hvdrun {
+
+class Timeline {
+ public:
+  // The file of `rank` for the job's timeline path: "<path>.rank<N>".
+  static std::string rank_path(const std::string& path, int rank);
+  static Result<std::unique_ptr<Timeline>> open(const std::string& path, int rank, const std::string& host,
+                                                bool mark_cycles);
+  ~Timeline();
+
+  // Ends the tensor's current phase (if any) and starts `phase`.
+  void phase(const std::string& tensor, const std::string& phase);
+  // Ends the tensor's current phase.
+  void done(const std::string& tensor);
+  void instant(const std::string& what);  // a global mark (CYCLE_START)
+  bool mark_cycles() const { return mark_cycles_; }
+
+ private:
+  Timeline(FILE* f, int rank, bool mark_cycles) : f_(f), rank_(rank), mark_cycles_(mark_cycles) {}
+  int tid_of(const std::string& tensor);  // under mu_
+  void line(const std::string& json);     // under mu_
+  std::mutex mu_;
+  FILE* f_;
+  int rank_;
+  bool mark_cycles_;
+  std::unordered_map<std::string, std::pair<int, std::string>> open_;  // tensor -> (tid, open phase)
+  int next_tid_ = 1;
+};
+
+}  // namespace hvdrun

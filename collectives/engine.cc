@@ -29,7 +29,9 @@
 #include "collectives/engine.h"
 
 #include <poll.h>
+#include <linux/futex.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -288,6 +290,11 @@ static void signal_fd(int fd) {
   (void)n;
 }
 
+static void wake_word(std::atomic<uint32_t>* w) {
+  w->fetch_add(1);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
 Result<hvd_handle_t> Engine::submit(Request r) {
   std::shared_ptr<Op> op;
   {
@@ -306,7 +313,7 @@ Result<hvd_handle_t> Engine::submit(Request r) {
     queue_.push_back(op);
     if (opts_.timeline) opts_.timeline->phase(op->req.spec.name, "QUEUE");
   }
-  signal_fd(wake_fd_);
+  wake();
   return op->handle;
 }
 
@@ -382,59 +389,83 @@ Status Engine::wait_join(hvd_handle_t h, int* last_joined) {
   return s;
 }
 
+// Only the thread holding drive_mu_ touches the ring, waiting on it included (a
+// shared-memory ring has one consumer). The background thread holds it while it watches
+// for work; a waiter asks for it (want_drive_ and a wake), runs the cycles itself until
+// its operation is done, and hands it back.
 Status Engine::wait_done(const std::shared_ptr<Op>& op) {
+  ++want_drive_;
+  wake();
+  Status result;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lk(mu_);
-      if (op->done) return op->status;
+      std::lock_guard<std::mutex> lk(mu_);
+      if (op->done) {
+        result = op->status;
+        break;
+      }
+      if (quit_) {
+        result = Error{broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_, broken_code_};
+        break;
+      }
     }
     std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
     if (d.owns_lock()) {
-      // Nobody runs cycles: this thread does, until its operation is done.
       drive([&] { std::lock_guard<std::mutex> lk(mu_); return op->done || quit_.load(); }, true);
-      bool more;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        more = !local_.empty() || !queue_.empty();
-      }
       d.unlock();
-      if (more) signal_fd(wake_fd_);  // the background thread takes over what is left
       std::lock_guard<std::mutex> lk(mu_);
-      if (op->done) return op->status;
-      if (quit_) return Error{broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_, broken_code_};
+      ++drive_releases_;
+      done_cv_.notify_all();
       continue;
     }
-    // Another thread runs cycles; it tells us when ours is done.
+    // Another thread runs the cycles: it says when ours is done, or when it lets go.
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait_for(lk, std::chrono::milliseconds(2), [&] { return op->done; });
+    uint64_t seen = drive_releases_;
+    done_cv_.wait_for(lk, std::chrono::milliseconds(100),
+                      [&] { return op->done || quit_.load() || drive_releases_ != seen; });
   }
+  std::lock_guard<std::mutex> lk(mu_);
+  --want_drive_;
+  done_cv_.notify_all();
+  return result;
 }
 
 void Engine::background() {
+  std::unique_lock<std::mutex> d(drive_mu_);
   while (!quit_) {
+    drive([this] { return quit_.load() || want_drive_.load() > 0; }, false);
+    if (quit_) break;
+    if (want_drive_.load() > 0) {
+      // Threads in wait() run the cycles themselves while they wait.
+      d.unlock();
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        ++drive_releases_;
+        done_cv_.notify_all();
+        done_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return want_drive_.load() == 0 || quit_.load(); });
+      }
+      d.lock();
+      continue;
+    }
     bool pending;
     {
-      std::lock_guard<std::mutex> d(drive_mu_);
-      if (quit_) break;
-      drive([this] { return quit_.load(); }, false);
       std::lock_guard<std::mutex> lk(mu_);
       if (broken_) break;
       pending = !local_.empty() || !table_.empty();
     }
-    // A thread blocked in wait() may run the cycles now.
-    done_cv_.notify_all();
-    // Idle: sleep until local work or a peer's cycle arrives. With requests pending, look
-    // again now and then (the stall check).
+    // Idle: sleep until local work, a waiter, or a peer's cycle. With requests pending,
+    // look again now and then (the stall check).
     wait_for_event(pending ? 200 : -1);
   }
 }
 
+void Engine::wake() {
+  signal_fd(wake_fd_);
+  wake_word(&wake_word_);
+}
+
 int Engine::work_now() {
-  int fd = ring_->left_fd();
-  if (fd >= 0) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) return 2;
-  }
+  if (ring_->left_readable()) return 2;
   std::lock_guard<std::mutex> lk(mu_);
   if (broken_) return 0;
   if (!queue_.empty()) return 1;
@@ -444,14 +475,12 @@ int Engine::work_now() {
 }
 
 void Engine::wait_for_event(int timeout_ms) {
-  pollfd p[2] = {{wake_fd_, POLLIN, 0}, {ring_->left_fd(), POLLIN, 0}};
-  int n = p[1].fd >= 0 ? 2 : 1;
-  ::poll(p, n, timeout_ms);
-  if (p[0].revents & POLLIN) {
-    uint64_t v;
-    ssize_t r = ::read(wake_fd_, &v, sizeof v);
-    (void)r;
-  }
+  // Seen before looking at the queue (by our caller), so that a wake in between is not lost.
+  ring_->wait_left(wake_fd_, &wake_word_, wake_seen_, timeout_ms);
+  uint64_t v;
+  ssize_t r = ::read(wake_fd_, &v, sizeof v);  // non-blocking: drain
+  (void)r;
+  wake_seen_ = wake_word_.load();
 }
 
 void Engine::drive(const std::function<bool()>& stop_when, bool block) {
@@ -1071,7 +1100,7 @@ void Engine::stop(const std::string& why) {
     stopping_ = true;
   }
   quit_ = true;
-  signal_fd(wake_fd_);
+  wake();
   {
     std::lock_guard<std::mutex> d(drive_mu_);
     bool broken;
@@ -1083,7 +1112,7 @@ void Engine::stop(const std::string& why) {
     if (!broken && opts_.size > 1) (void)cycle();
     fail_all(Error{why, HVD_ERR_PEER});
   }
-  signal_fd(wake_fd_);
+  wake();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -125,6 +125,7 @@ class Engine {
   // 0: nothing to do; 1: local requests to announce; 2: a peer started a cycle.
   int work_now();
   void wait_for_event(int timeout_ms);
+  void wake();  // tells whichever thread waits for events that local work arrived
   Status cycle();
   std::string build_message();
   Status process(const std::vector<std::string>& messages);
@@ -138,7 +139,9 @@ class Engine {
 
   Ring* ring_;
   EngineOptions opts_;
-  int wake_fd_ = -1;  // eventfd: local work arrived
+  int wake_fd_ = -1;                   // eventfd: local work arrived (TCP waits)
+  std::atomic<uint32_t> wake_word_{0};  // the same as a futex word (shared-memory waits)
+  std::atomic<uint32_t> wake_seen_{0};  // the wake word's value the waiters have seen
 
   mutable std::mutex mu_;  // guards ops_, local_, queue_, broken_, stopping_, stats_
   std::condition_variable done_cv_;
@@ -153,7 +156,9 @@ class Engine {
   bool leave_sent_ = false;
   EngineStats stats_;
 
-  std::mutex drive_mu_;  // held by whichever thread runs cycles
+  std::mutex drive_mu_;  // held by whichever thread runs cycles or watches the ring
+  std::atomic<int> want_drive_{0};  // threads in wait(): the background thread leaves drive_mu_ to them
+  uint64_t drive_releases_ = 0;     // (mu_) counts drive_mu_ handed back, for done_cv_ waiters
   std::thread thread_;
   std::atomic<bool> quit_{false};
 

@@ -35,6 +35,9 @@
 // that disagree fail with both calls named instead of reducing garbage or hanging.
 #include "collectives/ring.h"
 
+#include <poll.h>
+
+#include <chrono>
 #include <cstring>
 
 #include "collectives/dtype.h"
@@ -379,6 +382,30 @@ Status Ring::alltoallv(const void* sendbuf, void* recvbuf, const std::vector<siz
     carry.assign(next.data() + mine, recv_len - mine);
   }
   return {};
+}
+
+bool Ring::left_readable() {
+  if (!left_.valid()) return false;
+  if (auto* shm = left_.shm(); shm && shm->readable()) return true;
+  // Over TCP: data. Beside a shared-memory ring the socket carries nothing: EOF or error.
+  pollfd p{left_.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+void Ring::wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
+  auto* shm = left_.valid() ? left_.shm() : nullptr;
+  if (!shm) {
+    pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
+    ::poll(p, left_.valid() ? 2 : 1, timeout_ms);
+    return;
+  }
+  const int slice_ms = timeout_ms < 0 ? 20 : std::min(timeout_ms, 20);
+  transport::ShmChannel::Wait w[2];
+  w[0] = shm->prepare_read_wait();
+  w[1] = {wake, seen};
+  if (!shm->readable() && wake->load() == seen)
+    transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
+  shm->end_read_wait();
 }
 
 }  // namespace hvdrun

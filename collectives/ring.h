@@ -2,6 +2,7 @@
 // (we receive). See ring.cc for the algorithms.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -58,8 +59,14 @@ class Ring {
   // sends rank dst, known to every rank. `send` holds this rank's blocks by destination,
   // `recv` receives the blocks addressed to this rank, by source.
   Status alltoallv(const void* send, void* recv, const std::vector<size_t>& bytes);
-  // The socket data from the left neighbour arrives on (-1 in a job of one): a peer that
-  // starts the engine's next cycle makes it readable.
+  // The engine's idle wait: a peer that starts the next cycle sends to its right, so this
+  // rank's left pair has data (over TCP or shared memory), or its connection ended.
+  bool left_readable();
+  // Blocks until left_readable(), `wake_fd` is readable, *wake moved from `seen`, or
+  // timeout_ms passes (-1: no limit). Over shared memory it waits on the ring's futex and
+  // the wake word together, looking at the TCP connection every 20 ms.
+  void wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms);
+  // The pairs' sockets (-1 in a job of one), for tests that cut them.
   int left_fd() const { return left_.fd(); }
   int right_fd() const { return right_.fd(); }
   bool broken() const { return broken_; }

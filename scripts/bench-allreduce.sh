@@ -1,47 +1,147 @@
 #!/usr/bin/env bash
-# 2-rank float32 allreduce bus bandwidth, 4 KiB .. 256 MiB, in one run with the tools
-# alternating: hvdrun-bench; Open MPI's MPI_Allreduce over TCP (--mca btl tcp,self) and over
-# shared memory (vader); torch.distributed gloo (Debian's python3-torch). Prints busbw per
-# size and hvdrun's ratios. Needs libopenmpi-dev and python3-torch (scripts/install-deps.sh).
+# float32 sum allreduce bus bandwidth, 4 KiB .. 256 MiB, on this host with 2 and 4 ranks, the
+# tools alternating in each round: hvdrun over shared memory (the default between ranks of
+# one host), hvdrun over loopback TCP (HVDRUN_SHM=0), Open MPI's MPI_Allreduce over shared
+# memory (--mca btl vader,self: vader with its single-copy CMA) and over TCP, and
+# torch.distributed gloo (Debian's python3-torch; GLOO=0 skips it). Every tool's buffers are
+# written before timing. Prints busbw per size with hvdrun-shm / vader ratios and the 4 KiB
+# latencies, then (as root, CLUSTER=0 skips it) 2 test-cluster hosts x 2 ranks
+# (tests/cluster/cluster.sh, under the cluster lock) hierarchical vs flat at 64 MiB, and
+# draws the busbw-vs-size curves into $PNG (default docs/bench-allreduce.png; Debian's
+# python3-matplotlib). Needs libopenmpi-dev and python3-torch (scripts/install-deps.sh).
+# The machine should be quiet: the script prints the load average before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIN=${MIN:-4096}
 MAX=${MAX:-268435456}
 ROUNDS=${ROUNDS:-2}
+RANKS=${RANKS:-2 4}
+GLOO=${GLOO:-1}
+CLUSTER=${CLUSTER:-1}
+PNG=${PNG:-docs/bench-allreduce.png}
 scripts/build.sh >/dev/null
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+CDIR=
+cleanup() {
+  if [ -n "$CDIR" ]; then tests/cluster/cluster.sh down "$CDIR" >/dev/null 2>&1 || true; rm -rf "$CDIR"; fi
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
 mpicc -O2 -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
 export OMPI_MCA_plm_rsh_agent=
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2)
-for round in $(seq "$ROUNDS"); do
-  build/cli/hvdrun -np 2 build/examples/hvdrun-bench -b "$MIN" -e "$MAX" -f 4 -w 3 -n 10 |
-    awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}' >> "$OUT/hvdrun"
-  timeout 600 "${MPIRUN[@]}" --mca btl tcp,self "$OUT/mpi_allreduce" "$MIN" "$MAX" >> "$OUT/mpi_tcp"
-  timeout 600 "${MPIRUN[@]}" --mca btl vader,self "$OUT/mpi_allreduce" "$MIN" "$MAX" >> "$OUT/mpi_shm"
-  build/cli/hvdrun -np 2 /usr/bin/python3 bench/torch_gloo_allreduce.py "$MIN" "$MAX" |
-    sed -n 's/^\[0\]<stdout>://p' >> "$OUT/gloo"
+echo "load before: $(uptime)"
+
+# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does.
+hvdrun_bench() {  # np, then env assignments
+  local np=$1
+  shift
+  local b e n
+  for range in "$MIN 262144 200" "1048576 4194304 20" "16777216 $MAX 5"; do
+    read -r b e n <<<"$range"
+    ((b <= MAX && e >= MIN)) || continue
+    ((b < MIN)) && b=$MIN
+    ((e > MAX)) && e=$MAX
+    env "$@" build/cli/hvdrun -np "$np" build/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
+      awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
+  done
+}
+
+for np in $RANKS; do
+  MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$np")
+  for round in $(seq "$ROUNDS"); do
+    hvdrun_bench "$np" HVDRUN_SHM=1 >> "$OUT/hvdrun_shm.$np"
+    timeout 600 "${MPIRUN[@]}" --mca btl vader,self "$OUT/mpi_allreduce" "$MIN" "$MAX" >> "$OUT/ompi_vader.$np"
+    hvdrun_bench "$np" HVDRUN_SHM=0 >> "$OUT/hvdrun_tcp.$np"
+    timeout 600 "${MPIRUN[@]}" --mca btl tcp,self "$OUT/mpi_allreduce" "$MIN" "$MAX" >> "$OUT/ompi_tcp.$np"
+    if [ "$GLOO" = 1 ]; then
+      build/cli/hvdrun -np "$np" /usr/bin/python3 bench/torch_gloo_allreduce.py "$MIN" "$MAX" |
+        sed -n 's/^\[0\]<stdout>://p' >> "$OUT/gloo.$np"
+    fi
+  done
 done
-python3 - "$OUT" <<'PY'
-import collections, statistics, sys, os
-d = sys.argv[1]
-tools = ["hvdrun", "mpi_tcp", "mpi_shm", "gloo"]
-bw, lat = {}, {}
-for t in tools:
-    bw[t], lat[t] = collections.defaultdict(list), collections.defaultdict(list)
-    for line in open(os.path.join(d, t)):
-        f = line.split()
-        if len(f) >= 3:
-            bw[t][int(float(f[0]))].append(float(f[1])); lat[t][int(float(f[0]))].append(float(f[2]))
-sizes = sorted(bw["hvdrun"])
-print("2 ranks, float32 sum, busbw GB/s (median over rounds); time in us for 4 KiB")
-print(f"{'size':>10} {'hvdrun':>8} {'ompi-tcp':>9} {'ompi-shm':>9} {'gloo':>8} {'x tcp':>7} {'x gloo':>7}")
-for s in sizes:
-    m = {t: statistics.median(bw[t][s]) if bw[t].get(s) else float('nan') for t in tools}
-    print(f"{s:>10} {m['hvdrun']:8.3f} {m['mpi_tcp']:9.3f} {m['mpi_shm']:9.3f} {m['gloo']:8.3f} "
-          f"{m['hvdrun']/m['mpi_tcp']:7.2f} {m['hvdrun']/m['gloo']:7.2f}")
-s = min(sizes)
-l = {t: statistics.median(lat[t][s]) if lat[t].get(s) else float('nan') for t in tools}
-print(f"latency at {s} B: hvdrun {l['hvdrun']:.1f} us, ompi-tcp {l['mpi_tcp']:.1f} us, "
-      f"ompi-shm {l['mpi_shm']:.1f} us, gloo {l['gloo']:.1f} us; hvdrun/ompi-tcp {l['hvdrun']/l['mpi_tcp']:.2f}")
+
+# Two test-cluster hosts (network namespaces of this machine), 2 ranks each, 64 MiB.
+if [ "$CLUSTER" = 1 ] && [ "$(id -u)" = 0 ]; then
+  exec 8>/tmp/hvdrun-cluster.lock
+  flock 8
+  CDIR=$(mktemp -d)
+  tests/cluster/cluster.sh up "$CDIR" 2 >/dev/null
+  for round in $(seq "$ROUNDS"); do
+    for h in 1 0; do
+      HOME=$CDIR/home HVDRUN_HIERARCHICAL_ALLREDUCE=$h build/cli/hvdrun -H h1:2,h2:2 \
+        "$PWD/build/examples/hvdrun-bench" -b 64M -e 64M -w 3 -n 10 |
+        awk -F: -v h=$h '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}' \
+        >> "$OUT/cluster_hier$h"
+    done
+  done
+  tests/cluster/cluster.sh down "$CDIR" >/dev/null
+  rm -rf "$CDIR"
+  CDIR=
+  flock -u 8
+fi
+echo "load after: $(uptime)"
+
+python3 - "$OUT" "$PNG" "$RANKS" <<'PY'
+import collections, os, statistics, sys
+d, png, ranks = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split()]
+tools = [("hvdrun_shm", "hvdrun shm"), ("ompi_vader", "ompi vader"), ("hvdrun_tcp", "hvdrun tcp"),
+         ("ompi_tcp", "ompi tcp"), ("gloo", "gloo")]
+
+def load(path):
+    bw, lat = collections.defaultdict(list), collections.defaultdict(list)
+    if os.path.exists(path):
+        for line in open(path):
+            f = line.split()
+            if len(f) >= 3:
+                bw[int(float(f[0]))].append(float(f[1]))
+                lat[int(float(f[0]))].append(float(f[2]))
+    return ({s: statistics.median(v) for s, v in bw.items()}, {s: statistics.median(v) for s, v in lat.items()})
+
+nan = float("nan")
+curves = {}
+for np_ in ranks:
+    data = {t: load(os.path.join(d, f"{t}.{np_}")) for t, _ in tools}
+    curves[np_] = data
+    sizes = sorted(data["hvdrun_shm"][0])
+    print(f"\n{np_} ranks on one host, float32 sum, busbw GB/s (median over rounds)")
+    print(f"{'size':>10} " + " ".join(f"{name:>11}" for _, name in tools) + f" {'shm/vader':>10}")
+    for s in sizes:
+        m = {t: data[t][0].get(s, nan) for t, _ in tools}
+        print(f"{s:>10} " + " ".join(f"{m[t]:11.3f}" for t, _ in tools) + f" {m['hvdrun_shm'] / m['ompi_vader']:10.2f}")
+    s = min(sizes)
+    l = {t: data[t][1].get(s, nan) for t, _ in tools}
+    print(f"latency at {s} B (us): " + ", ".join(f"{name} {l[t]:.1f}" for t, name in tools) +
+          f"; hvdrun shm / vader {l['hvdrun_shm'] / l['ompi_vader']:.2f}")
+
+h1, h0 = load(os.path.join(d, "cluster_hier1"))[0], load(os.path.join(d, "cluster_hier0"))[0]
+if h1 and h0:
+    s = max(h1)
+    print(f"\n2 test-cluster hosts x 2 ranks, {s} B: hierarchical {h1[s]:.3f} GB/s busbw, flat ring {h0[s]:.3f} GB/s: "
+          f"{h1[s] / h0[s]:.2f}x")
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("no matplotlib (apt-get install python3-matplotlib): no plot")
+    sys.exit(0)
+fig, axes = plt.subplots(1, len(ranks), figsize=(6 * len(ranks), 4.5), squeeze=False)
+for ax, np_ in zip(axes[0], ranks):
+    for t, name in tools:
+        bw = curves[np_][t][0]
+        if bw:
+            xs = sorted(bw)
+            ax.plot(xs, [bw[x] for x in xs], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"allreduce float32, {np_} ranks on one host")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+fig.tight_layout()
+os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
+fig.savefig(png, dpi=100)
+print(f"plot: {png}")
 PY

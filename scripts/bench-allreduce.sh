@@ -19,6 +19,8 @@ RANKS=${RANKS:-2 4}
 GLOO=${GLOO:-1}
 CLUSTER=${CLUSTER:-1}
 PNG=${PNG:-docs/bench-allreduce.png}
+export BUILD_DIR=${BUILD_DIR:-build}
+B=$BUILD_DIR
 scripts/build.sh >/dev/null
 OUT=$(mktemp -d)
 CDIR=
@@ -41,7 +43,7 @@ hvdrun_bench() {  # np, then env assignments
     ((b <= MAX && e >= MIN)) || continue
     ((b < MIN)) && b=$MIN
     ((e > MAX)) && e=$MAX
-    env "$@" build/cli/hvdrun -np "$np" build/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
+    env "$@" "$B"/cli/hvdrun -np "$np" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
       awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
   done
 }
@@ -54,7 +56,7 @@ for np in $RANKS; do
     hvdrun_bench "$np" HVDRUN_SHM=0 >> "$OUT/hvdrun_tcp.$np"
     timeout 600 "${MPIRUN[@]}" --mca btl tcp,self "$OUT/mpi_allreduce" "$MIN" "$MAX" >> "$OUT/ompi_tcp.$np"
     if [ "$GLOO" = 1 ]; then
-      build/cli/hvdrun -np "$np" /usr/bin/python3 bench/torch_gloo_allreduce.py "$MIN" "$MAX" |
+      "$B"/cli/hvdrun -np "$np" /usr/bin/python3 bench/torch_gloo_allreduce.py "$MIN" "$MAX" |
         sed -n 's/^\[0\]<stdout>://p' >> "$OUT/gloo.$np"
     fi
   done
@@ -68,8 +70,8 @@ if [ "$CLUSTER" = 1 ] && [ "$(id -u)" = 0 ]; then
   tests/cluster/cluster.sh up "$CDIR" 2 >/dev/null
   for round in $(seq "$ROUNDS"); do
     for h in 1 0; do
-      HOME=$CDIR/home HVDRUN_HIERARCHICAL_ALLREDUCE=$h build/cli/hvdrun -H h1:2,h2:2 \
-        "$PWD/build/examples/hvdrun-bench" -b 64M -e 64M -w 3 -n 10 |
+      HOME=$CDIR/home HVDRUN_HIERARCHICAL_ALLREDUCE=$h "$B"/cli/hvdrun -H h1:2,h2:2 \
+        "$PWD/$B/examples/hvdrun-bench" -b 64M -e 64M -w 3 -n 10 |
         awk -F: -v h=$h '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}' \
         >> "$OUT/cluster_hier$h"
     done

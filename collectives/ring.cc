@@ -114,7 +114,8 @@ Status Ring::fail(Error e) {
 }
 
 Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
-                  const std::function<void(size_t, size_t)>& on_recv, size_t window) {
+                  const std::function<void(size_t, size_t)>& on_recv, size_t window,
+                  const std::function<void(size_t, const char*, size_t)>& on_recv_direct, size_t unit) {
   transport::TransferSpec spec;
   spec.send = send;
   spec.send_len = send_len;
@@ -124,6 +125,8 @@ Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len
   spec.notify_bytes = window ? window : opts_.segment_bytes;
   spec.on_recv = on_recv;
   spec.recv_window = window;
+  spec.on_recv_direct = on_recv_direct;
+  spec.direct_unit = unit;
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us);
   if (!s)
     return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
@@ -212,7 +215,9 @@ Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hv
           // Calls come at window boundaries (multiples of 8 bytes) and at the end.
           reduce_into(dst + off, scratch_.data() + off % seg, len / es, dtype, op);
         },
-        seg);
+        seg,
+        // From a shared-memory ring: reduced where the bytes lie, whole elements at a time.
+        [&](size_t off, const char* data, size_t len) { reduce_into(dst + off, data, len / es, dtype, op); }, es);
     if (!st) return st;
   }
   return {};

@@ -181,6 +181,10 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   auto timeout = seconds_to_duration(timeout_s);
   ShmChannel* in_shm = s.recv_len ? in->shm() : nullptr;
   ShmChannel* out_shm = s.send_len ? out->shm() : nullptr;
+  const size_t unit = std::max<size_t>(1, s.direct_unit);
+  const bool direct = in_shm && s.on_recv_direct && !s.send_follows_recv && unit <= 16 && s.recv_len % unit == 0;
+  char bounce[16];
+  size_t bounce_fill = 0;
   while (sent < s.send_len || received < s.recv_len) {
     bool progressed = false;
     if (received < s.recv_len) {
@@ -191,7 +195,36 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         want = std::min(want, s.recv_window - received % s.recv_window);
       }
       ssize_t n;
-      if (in_shm) {
+      if (direct) {
+        // In place: whole units where they lie; a unit split by the ring's end (or not yet
+        // all written) goes through `bounce`.
+        n = 0;
+        size_t left_bytes = s.recv_len - received, avail = 0;
+        const char* p = bounce_fill ? nullptr : in_shm->peek(&avail);
+        // At most a segment at a time: the producer gets its space back as we go.
+        size_t take = std::min({avail, left_bytes, std::max(unit, s.notify_bytes)});
+        take -= take % unit;
+        if (take) {
+          s.on_recv_direct(received, p, take);
+          in_shm->consume(take);
+          n = static_cast<ssize_t>(take);
+        } else if (bounce_fill || avail) {
+          size_t got = in_shm->read(bounce + bounce_fill, unit - bounce_fill);
+          bounce_fill += got;
+          progressed |= got > 0;
+          if (bounce_fill == unit) {
+            s.on_recv_direct(received, bounce, unit);
+            bounce_fill = 0;
+            n = static_cast<ssize_t>(unit);
+          }
+        }
+        if (n == 0 && !progressed && in_shm->peer_closed()) return make_error(closed_message(*in));
+        if (n > 0) {
+          received += static_cast<size_t>(n);
+          progressed = true;
+        }
+        n = 0;  // delivered already
+      } else if (in_shm) {
         n = static_cast<ssize_t>(in_shm->read(dst, want));
         if (n == 0 && in_shm->peer_closed()) return make_error(closed_message(*in));
       } else {

@@ -93,6 +93,12 @@ struct TransferSpec {
   // called as each window fills, before it is overwritten. Must be a multiple of notify_bytes.
   size_t recv_window = 0;
   std::function<void(size_t offset, size_t len)> on_recv;
+  // Optional, used instead of the window and on_recv when `in` is a shared-memory ring:
+  // the received bytes are handed over where they lie in the ring, in order, in pieces of
+  // whole `direct_unit`s (an element; recv_len must be a multiple of it), and the ring
+  // space is given back after each call. Saves the copy into the window.
+  std::function<void(size_t offset, const char* data, size_t len)> on_recv_direct;
+  size_t direct_unit = 1;
 };
 
 Status transfer(Pair* out, Pair* in, const TransferSpec& spec, double timeout_s, int spin_us);

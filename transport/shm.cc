@@ -140,13 +140,24 @@ size_t ShmChannel::read(char* dst, size_t len) {
   size_t at = pos_ & (cap_ - 1), first = std::min(n, cap_ - at);
   std::memcpy(dst, data_ + at, first);
   if (n > first) std::memcpy(dst + first, data_, n - first);
+  consume(n);
+  return n;
+}
+
+const char* ShmChannel::peek(size_t* len) {
+  if (cached_ == pos_) cached_ = hdr_->head.load(std::memory_order_acquire);
+  size_t at = pos_ & (cap_ - 1);
+  *len = std::min<size_t>(cached_ - pos_, cap_ - at);
+  return data_ + at;
+}
+
+void ShmChannel::consume(size_t n) {
   pos_ += n;
   hdr_->tail.store(pos_, std::memory_order_seq_cst);
   if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
     hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&hdr_->space_seq);
   }
-  return n;
 }
 
 bool ShmChannel::peer_closed() const {

@@ -51,6 +51,10 @@ class ShmChannel {
   // Non-blocking: copy in / out as many bytes as fit / are there; 0 when none.
   size_t write(const char* src, size_t len);
   size_t read(char* dst, size_t len);
+  // Consumer, in place: the bytes readable without a copy (contiguous, up to the ring's
+  // end; their length, 0 when none), then taking `n` of them once used.
+  const char* peek(size_t* len);
+  void consume(size_t n);
   // The peer has closed (Pair::close, Ring::fail, shutdown) and, for the consumer, every
   // byte it wrote has been read.
   bool peer_closed() const;

@@ -169,6 +169,45 @@ TEST(ShmPair, StreamsThroughASmallRingIntoAReduceWindow) {
   EXPECT_TRUE(got == msg);
 }
 
+// In-place delivery (the reduce-scatter's): whole 8-byte units, in order, including units
+// split by the ring's end (the stream starts 3 bytes off so that some are).
+TEST(ShmPair, InPlaceDeliveryHandsOverWholeUnitsAcrossTheRingsEnd) {
+  auto k = link("h", "h", 4096);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  Pair none;
+  std::string msg(3 + (1 << 20), '\0'), got(msg.size(), '\0');
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<char>(i * 7 + i / 1021);
+  auto sender = std::async(std::launch::async, [&] {
+    TransferSpec spec;
+    spec.send = msg.data();
+    spec.send_len = msg.size();
+    return transfer(&*k.out, &none, spec, 10, 0);
+  });
+  TransferSpec head;
+  head.recv = got.data();
+  head.recv_len = 3;
+  ASSERT_TRUE(transfer(&none, &*k.in, head, 10, 0).ok());
+  std::string window(4096, '\0');
+  size_t expect_off = 0, bad_units = 0;
+  TransferSpec spec;
+  spec.recv = window.data();
+  spec.recv_len = msg.size() - 3;
+  spec.recv_window = window.size();
+  spec.notify_bytes = window.size();
+  spec.on_recv = [&](size_t, size_t) { ADD_FAILURE() << "the window was used"; };
+  spec.direct_unit = 8;
+  spec.on_recv_direct = [&](size_t off, const char* data, size_t len) {
+    if (off != expect_off || len % 8) ++bad_units;
+    std::memcpy(got.data() + 3 + off, data, len);
+    expect_off = off + len;
+  };
+  auto r = transfer(&none, &*k.in, spec, 10, 0);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(sender.get().ok());
+  EXPECT_EQ(bad_units, 0u);
+  EXPECT_TRUE(got == msg);
+}
+
 TEST(ShmPair, BytesSentBeforeACloseArriveThenTheCloseIsNamed) {
   auto k = link("h", "h", 1 << 16);
   ASSERT_TRUE(k.out.ok() && k.in.ok());

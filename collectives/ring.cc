@@ -95,11 +95,11 @@ void Ring::set_hierarchy(std::unique_ptr<Ring> local, std::unique_ptr<Ring> cros
   hier_ = which;
 }
 
-void Ring::close() {
-  right_.close();
-  left_.close();
-  if (local_) local_->close();
-  if (cross_) cross_->close();
+void Ring::close(const std::string& reason) {
+  right_.close(reason);
+  left_.close(reason);
+  if (local_) local_->close(reason);
+  if (cross_) cross_->close(reason);
 }
 
 Status Ring::fail(Error e) {
@@ -109,7 +109,7 @@ Status Ring::fail(Error e) {
   broken_ = true;
   broken_reason_ = e.message;
   if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e.message);
-  close();
+  close(e.message);
   return e;
 }
 

@@ -88,7 +88,7 @@ class Ring {
   Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status fail(Error e);
-  void close();
+  void close(const std::string& reason);
 
   int rank_, size_;
   transport::Pair right_, left_;

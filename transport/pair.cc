@@ -155,13 +155,15 @@ Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptio
 
 namespace {
 
-std::string closed_message(const Pair& p) {
+std::string closed_message(Pair& p) {
+  std::string why = p.shm() ? p.shm()->peer_reason() : "";
+  if (!why.empty()) return "connection to " + p.peer().describe() + " closed: it failed on: " + why;
   return "connection to " + p.peer().describe() + " closed (the peer exited or failed)";
 }
 
 // The TCP connection beside a shared-memory ring carries nothing after the handshake: EOF
 // or an error on it means the peer's process is gone.
-Status check_alive(const Pair& p) {
+Status check_alive(Pair& p) {
   char c;
   ssize_t n = ::recv(p.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return make_error(closed_message(p));

@@ -48,8 +48,9 @@ class Pair {
   // The shared-memory ring, or null when the data flows over TCP.
   ShmChannel* shm() { return shm_.valid() ? &shm_ : nullptr; }
   bool is_shm() const { return shm_.valid(); }
-  void close() {
-    shm_.close();
+  // `reason`: why this side gives up (a shared-memory peer names it in its error).
+  void close(const std::string& reason = "") {
+    shm_.close(reason);
     fd_.reset();
   }
 

@@ -50,6 +50,8 @@ struct ShmChannel::Header {
   std::atomic<uint32_t> space_seq;
   std::atomic<uint32_t> producer_waiting;
   std::atomic<uint32_t> consumer_closed;
+  alignas(64) char producer_reason[256];  // written before producer_closed
+  char consumer_reason[256];               // written before consumer_closed
 };
 
 ShmChannel::~ShmChannel() { close(); }
@@ -185,8 +187,18 @@ bool ShmChannel::writable() {
   return pos_ - cached_ < cap_ || hdr_->consumer_closed.load(std::memory_order_acquire);
 }
 
-void ShmChannel::close() {
+std::string ShmChannel::peer_reason() const {
+  if (!hdr_) return "";
+  const char* r = producer_ ? hdr_->consumer_reason : hdr_->producer_reason;
+  return std::string(r, strnlen(r, sizeof hdr_->producer_reason));
+}
+
+void ShmChannel::close(const std::string& reason) {
   if (!hdr_) return;
+  char* r = producer_ ? hdr_->producer_reason : hdr_->consumer_reason;
+  size_t n = std::min(reason.size(), sizeof hdr_->producer_reason - 1);
+  std::memcpy(r, reason.data(), n);
+  r[n] = '\0';
   (producer_ ? hdr_->producer_closed : hdr_->consumer_closed).store(1, std::memory_order_release);
   hdr_->data_seq.fetch_add(1);
   hdr_->space_seq.fetch_add(1);

@@ -72,8 +72,11 @@ class ShmChannel {
   bool readable();  // consumer: bytes are there (or the peer closed)
   bool writable();  // producer: space is there (or the peer closed)
 
-  // Marks the channel closed for the peer, wakes it, and unmaps.
-  void close();
+  // Marks the channel closed for the peer (with why, when it failed: the peer names it in
+  // its own error), wakes it, and unmaps.
+  void close(const std::string& reason = "");
+  // Why the peer closed ("" when it said nothing); meaningful once peer_closed().
+  std::string peer_reason() const;
 
  private:
   struct Header;

@@ -2,6 +2,7 @@
  *   coll_worker check   allreduce (1M+3, in place and not), broadcast from every root, allgather;
  *                       prints how many shared-memory segments this rank has mapped
  *   coll_worker die     rank 1 is SIGKILLed in the middle of a large allreduce loop
+ *   coll_worker die-stay  the same, the others ignoring SIGTERM (so that they fail on their own)
  *   coll_worker mismatch  rank 1 calls with a different count */
 #include <hvdrun/hvdrun.h>
 #include <pthread.h>
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
       if (b[(size_t)p * count] != (float)p || b[(size_t)p * count + count - 1] != (float)p) return 5;
     CHECK(hvd_barrier());
     printf("rank %d checked (%d shared segments)\n", r, shared_segments());
-  } else if (!strcmp(argv[1], "die")) {
+  } else if (!strcmp(argv[1], "die") || !strcmp(argv[1], "die-stay")) {
+    if (!strcmp(argv[1], "die-stay")) signal(SIGTERM, SIG_IGN);
     size_t big = 16u << 20;
     float* x = calloc(big, sizeof(float));
     pthread_t t;

@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -115,13 +116,23 @@ TEST_P(CollectivesLaunchFailures, PeerKilledMidAllreduceFailsTheJobFast) {
 INSTANTIATE_TEST_SUITE_P(Transports, CollectivesLaunchFailures, ::testing::Bool());
 
 TEST(CollectivesLaunchFailuresShm, SurvivorsNameTheKilledLocalPeer) {
-  auto o = run({kHvdrun, "-np", "3", "--kill-grace", "30", kColl, "die"}, 120);
+  // The survivors ignore hvdrun's SIGTERM: each must fail on its own, long before the
+  // 30 s kill grace would end it.
+  auto t0 = std::chrono::steady_clock::now();
+  auto o = run({kHvdrun, "-np", "3", "--kill-grace", "30", kColl, "die-stay"}, 120);
   ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << o.err;
   EXPECT_NE(o.exit_code, 0);
-  // Rank 2 receives from rank 1: it fails at once naming it, long before the kill grace.
-  EXPECT_NE(o.err.find("rank 2: connection to rank 1 (host localhost) closed (the peer exited or failed)"),
-            std::string::npos)
-      << o.err;
+  // Every survivor names rank 1: directly (it waited on rank 1's ring), or through the
+  // neighbour that gave up on rank 1 first and closed its rings saying so.
+  for (int r : {0, 2}) {
+    std::string tag = "[" + std::to_string(r) + "]<stderr>:rank " + std::to_string(r) + ": hvd_allreduce";
+    size_t at = o.err.find(tag);
+    ASSERT_NE(at, std::string::npos) << o.err;
+    std::string line = o.err.substr(at, o.err.find('\n', at) - at);
+    EXPECT_NE(line.find("connection to rank 1 (host localhost) closed (the peer exited or failed)"), std::string::npos)
+        << line;
+  }
 }
 
 TEST(CollectivesLaunchMismatch, MismatchedCountsAreAClearError) {

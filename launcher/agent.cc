@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/signalfd.h>
+
+#include <cstdio>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -165,7 +167,28 @@ void LocalAgent::report_failure() {
 }
 
 // A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
-void LocalAgent::handle_signal(int sig, bool from_launcher) {
+namespace {
+
+// Who sent a signal, for the message: Slurm's step daemon ends a job that was cancelled
+// or reached its time limit.
+std::string signal_origin(pid_t sender) {
+  if (sender <= 0) return "";
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(sender));
+  std::string comm;
+  if (FILE* f = std::fopen(path, "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) comm = buf;
+    std::fclose(f);
+  }
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  if (comm.rfind("slurmstepd", 0) == 0) return " from Slurm (the job was cancelled or reached its time limit)";
+  return "";
+}
+
+}  // namespace
+
+void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   if (sig == SIGCHLD) return;  // reaped at the top of the loop
   if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
     signal_all(sig);  // SIGCONT: hvdrun was resumed (fg); resume the workers too
@@ -187,7 +210,8 @@ void LocalAgent::handle_signal(int sig, bool from_launcher) {
     }
     return;
   }
-  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
+  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + signal_origin(sender) + ", terminating the job",
+           128 + sig);
 }
 
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
@@ -313,7 +337,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (pfds[0].revents & POLLIN) {
       signalfd_siginfo si;
       while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        handle_signal(static_cast<int>(si.ssi_signo), false);
+        handle_signal(static_cast<int>(si.ssi_signo), false, static_cast<pid_t>(si.ssi_pid));
       }
     }
     if (pfds[1].revents & POLLIN) {

@@ -108,7 +108,8 @@ class LocalAgent {
   std::vector<FailedWorker> failures_;
   std::vector<FailedWorker> remote_failures_;  // under control_mu_
   void note_failure(FailedWorker f);
-  void handle_signal(int sig, bool from_launcher);
+  // `sender`: the pid that sent it (signalfd says), 0 when relayed by the launcher.
+  void handle_signal(int sig, bool from_launcher, pid_t sender = 0);
   std::optional<double> report_at_;  // when the failures seen so far are reported
   AgentResult result_;
 };

@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <csignal>
@@ -37,6 +38,28 @@
 
 namespace hvdrun {
 namespace {
+
+// The job's sink, less repeated notices: every agent that Slurm (or a signal to the
+// whole session) ends says so, and once is enough.
+class OnceNoticeSink : public OutputSink {
+ public:
+  explicit OnceNoticeSink(OutputSink& inner) : inner_(inner) {}
+  void write_lines(int rank, StreamKind stream, std::string_view lines) override { inner_.write_lines(rank, stream, lines); }
+  bool congested() const override { return inner_.congested(); }
+  void notice(std::string_view line) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!seen_.insert(std::string(line)).second) return;
+    }
+    inner_.notice(line);
+  }
+  void drain() override { inner_.drain(); }
+
+ private:
+  OutputSink& inner_;
+  std::mutex mu_;
+  std::set<std::string> seen_;
+};
 
 int fail(const Error& e) {
   std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
@@ -223,7 +246,8 @@ int run_job(const LaunchOptions& opts, char** envp) {
   ScopedJobLogger job_logger(**sink);  // hvdrun's log lines queue behind the workers' output
   AgentOptions ao;
   ao.kill_grace = opts.kill_grace;
-  LocalAgent agent(ao, **sink, &*watchdog);
+  OnceNoticeSink job_sink(**sink);
+  LocalAgent agent(ao, job_sink, &*watchdog);
   // hvdrun's output has no reader any more (`hvdrun ... | head -1`): the job ends as mpirun's
   // does, without a word (the reader is gone) and with SIGPIPE's status, 141.
   (*sink)->on_reader_gone([&agent] { agent.request_teardown("", 128 + SIGPIPE); });
@@ -298,7 +322,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   for (auto& r : remotes) controls.push_back(r.get());
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
-  for (auto& r : remotes) r->start(agent, **sink);
+  for (auto& r : remotes) r->start(agent, job_sink);
   // The pump may outlive the job (blocked in read(0)): it reaches the host only through
   // this, which is cleared before the hosts go away.
   struct StdinTarget {

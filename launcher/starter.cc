@@ -75,6 +75,8 @@ struct SrunOutput {
   std::vector<std::string> by_task;
   std::string own;
   void add_line(const std::string& line) {
+    // srun's warning about --cpu-bind=none where Slurm binds nothing anyway (task/none).
+    if (line.find("cluster configuration lacks support for cpu binding") != std::string::npos) return;
     std::lock_guard<std::mutex> lk(mu);
     size_t colon = line.find(": ");
     if (colon != std::string::npos && colon > 0 && colon < 8) {

@@ -53,7 +53,7 @@ class SlurmCluster : public ::testing::Environment {
     // The time-limit job starts now (Slurm checks limits every 30 s, on a one-minute
     // limit): its own node, checked by the last test.
     auto tl = slurm({"sbatch", "--parsable", "-p", "single", "-N1", "--ntasks-per-node=2", "--time=1", "-o", dir_ + "/timelimit.out", "--wrap",
-                     kHvdrun + " -np 2 sh -c 'echo up $HOROVOD_RANK; exec sleep 1000'"});
+                     kHvdrun + " -np 2 sh -c 'echo up $HOROVOD_RANK; exec sleep 999'"});
     timelimit_job_ = tl.out.substr(0, tl.out.find('\n'));
   }
   void TearDown() override {
@@ -84,10 +84,15 @@ class SlurmCluster : public ::testing::Environment {
 
 Outcome slurm(std::vector<std::string> args, double seconds = 60) { return SlurmCluster::slurm(std::move(args), seconds); }
 
-// Processes of jobs left in the cluster (anything but the daemons and the namespace's init).
-std::string leftovers() {
+// Processes of jobs left in the cluster (anything but the daemons and the namespace's
+// init), or only those whose command line holds `only`.
+std::string leftovers(const std::string& only = "") {
   auto o = slurm({"sh", "-c", "ps -eo pid=,stat=,args= | grep -v -E ' Z |slurmctld|slurmscriptd|slurmd |python3 -c|ps -eo|grep|sh -c' || true"});
-  return o.out;
+  if (only.empty()) return o.out;
+  std::string out;
+  for (const auto& line : split_lines(o.out))
+    if (line.find(only) != std::string::npos) out += line + "\n";
+  return out;
 }
 
 std::string job_state(const std::string& id) {
@@ -179,7 +184,7 @@ TEST(Slurm, AFailingRankEndsTheJobWithItsCodeAndNode) {
   ASSERT_FALSE(o.timed_out);
   EXPECT_EQ(o.exit_code, 7) << o.err;
   EXPECT_NE(o.err.find("hvdrun: rank 2 (host n2) exited with code 7"), std::string::npos) << o.err;
-  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 15)) << leftovers();
+  EXPECT_TRUE(wait_until([] { return leftovers("sleep 60").empty(); }, 15)) << leftovers();
 }
 
 TEST(Slurm, ScancelEndsTheJobCleanlyWithAMessage) {
@@ -193,7 +198,7 @@ TEST(Slurm, ScancelEndsTheJobCleanlyWithAMessage) {
       << read_file(out);
   ASSERT_EQ(slurm({"scancel", id}).exit_code, 0);
   EXPECT_TRUE(wait_until([&] { return job_state(id) == "CANCELLED"; }, 30)) << job_state(id);
-  EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 20)) << leftovers();
+  EXPECT_TRUE(wait_until([] { return leftovers("sleep 1000").empty(); }, 20)) << leftovers();
   std::string text = read_file(out);
   EXPECT_NE(text.find("hvdrun: received SIGTERM from Slurm (the job was cancelled or reached its time limit), "
                       "terminating the job"),

@@ -104,6 +104,7 @@ struct Server::Impl {
 
   std::atomic<int> registered{0};
   std::atomic<int> rejected{0};
+  std::atomic<int> open_waits{0};  // waits and barriers not answered yet
 
   void accept();
   void on_accept_error(const boost::system::error_code& ec);
@@ -164,6 +165,16 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    // Its waits end with it: nothing of a closed connection stays in the server.
+    for (auto& weak : waits_) {
+      auto w = weak.lock();
+      if (!w || w->done) continue;
+      w->done = true;
+      srv_.open_waits--;
+      if (w->timer) w->timer->cancel();
+      srv_.drop_waiter(w);
+    }
+    waits_.clear();
     boost::system::error_code ec;
     deadline_.cancel();
     sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -424,11 +435,18 @@ class Session : public std::enable_shared_from_this<Session> {
     if (pending_waits_ >= kMaxPendingWaits)
       return fail("more than " + std::to_string(kMaxPendingWaits) + " waits at once on one connection"), false;
     ++pending_waits_;
+    std::erase_if(waits_, [](const std::weak_ptr<Waiter>& w) {
+      auto p = w.lock();
+      return !p || p->done;
+    });
+    waits_.push_back(waiter);
+    s.open_waits++;
     for (const auto& k : waiter->missing) s.waiters.emplace(k, waiter);
     waiter->timer = std::make_unique<asio::steady_timer>(s.io, std::chrono::milliseconds(timeout_ms));
     waiter->timer->async_wait([waiter, &s](const boost::system::error_code& ec) {
       if (ec || waiter->done) return;
       waiter->done = true;
+      s.open_waits--;
       waiter->session->waits_done();
       s.drop_waiter(waiter);
       if (!waiter->session->closed())
@@ -466,6 +484,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> outbox_;
   size_t outbox_bytes_ = 0;
   size_t pending_waits_ = 0;
+  std::vector<std::weak_ptr<Waiter>> waits_;  // this connection's waits and barriers
   bool read_paused_ = false;
   bool closing_ = false, closed_ = false;
   int rank_ = -1;
@@ -585,6 +604,7 @@ void Server::Impl::notify_key(const std::string& key) {
     w->missing.erase(key);
     if (w->done || !w->missing.empty()) continue;
     w->done = true;
+    open_waits--;
     w->timer->cancel();
     w->session->waits_done();
     if (!w->session->closed()) w->session->send(MsgType::kOk, "");
@@ -651,5 +671,6 @@ const std::string& Server::address() const { return impl_->address; }
 int Server::port() const { return impl_->port; }
 int Server::registered() const { return impl_->registered; }
 int Server::rejected() const { return impl_->rejected; }
+int Server::waiting() const { return impl_->open_waits; }
 
 }  // namespace hvdrun::rdv

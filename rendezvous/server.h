@@ -43,6 +43,7 @@ class Server {
   int port() const;
   int registered() const;       // thread-safe
   int rejected() const;         // connections refused (auth, garbage, limits); thread-safe
+  int waiting() const;          // waits and barriers not answered yet; thread-safe
   // Arms the start timer (call once the workers have been started).
   void begin_start_timer();
 

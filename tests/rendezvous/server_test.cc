@@ -510,6 +510,30 @@ TEST(RendezvousServer, TooManyWaitsOnOneConnectionAreRefused) {
   server_still_serves(f);
 }
 
+// The waits of a connection that goes away go with it (they held the server's memory until
+// their time-out, days if asked).
+TEST(RendezvousServer, WaitsOfAClosedConnectionAreDropped) {
+  Fixture f(1);
+  {
+    RawSession s(f.server->port(), f.secret);
+    std::vector<std::string> keys;
+    for (int k = 0; k < 1000; ++k) keys.push_back("never/" + std::to_string(k) + std::string(1000, 'k'));
+    for (int i = 0; i < 60; ++i) s.send(MsgType::kWait, encode_wait(UINT32_MAX, keys));
+    s.send(MsgType::kBarrier, encode_barrier({"never-complete", 5, UINT32_MAX}));
+    auto deadline = in(5);
+    while (f.server->waiting() < 61 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(f.server->waiting(), 61);
+  }
+  auto deadline = in(5);
+  while (f.server->waiting() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(f.server->waiting(), 0);
+  // A wait answered in time, or timed out, is not counted either.
+  Client c = f.connect();
+  EXPECT_FALSE(c.wait({"x"}, 0.05).ok());
+  EXPECT_EQ(f.server->waiting(), 0);
+  server_still_serves(f);
+}
+
 TEST(RendezvousServer, MalformedRequestsGetAnErrorAndTheServerGoesOn) {
   Fixture f(2);
   struct Case {

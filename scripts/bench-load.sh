@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 B=${BUILD_DIR:-build}
 IDLE=${1:-1000} RATE=${2:-10000} ROUNDS=${3:-5}
 HVDRUN=$PWD/$B/cli/hvdrun
-BENCH="$PWD/$B/examples/hvdrun-bench -b 4K -e 4M -f 4 -w 50 -n 1000"
+BENCH="$PWD/$B/examples/hvdrun-bench -b 4K -e 4M -f 4 -w 20 -n 300"
 LOAD=$PWD/$B/bench/hvdrun_rendezvous_load
 OUT=$(mktemp -d /tmp/hvdrun-bench-load.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
@@ -32,21 +32,35 @@ run() {  # $1: 0 = quiet, 1 = under load; output to $OUT/$1.$2
     fi' >"$OUT/$1.$2"
 }
 
+failed=0
 for r in $(seq "$ROUNDS"); do  # alternating which goes first
-  if [ $((r % 2)) = 1 ]; then run 0 "$r"; run 1 "$r"; else run 1 "$r"; run 0 "$r"; fi
+  for kind in $([ $((r % 2)) = 1 ] && echo 0 1 || echo 1 0); do
+    run "$kind" "$r" || { echo "bench-load.sh: round $r ($kind) failed"; failed=$((failed + 1)); }
+  done
 done
 
-# Median time (us) per size: column 5 of hvdrun-bench's rows.
-median() {  # $1: 0 or 1
-  cat "$OUT/$1".* | awk '$1 ~ /^\[0\]<stdout>:/ { sub(/^\[0\]<stdout>:/, ""); if ($1 ~ /^[0-9]+$/) print $1, $5 }' |
-    sort -k1,1n -k2,2g | awk '{ t[$1] = t[$1] " " $2 } END { for (s in t) { n = split(t[s], a, " "); print s, a[int((n + 1) / 2)] } }' |
-    sort -k1,1n
-}
-join <(median 0) <(median 1) >"$OUT/table"
-echo "# allreduce, 2 ranks, median of $ROUNDS rounds; load: $IDLE idle connections + $RATE requests/s"
-printf "%12s %14s %14s %8s\n" "size(B)" "quiet(us)" "loaded(us)" "ratio"
-awk '{ printf "%12s %14s %14s %8.3f\n", $1, $2, $3, $3 / $2 }' "$OUT/table"
-awk '{ s += $3 / $2; n++ } END { printf "mean ratio: %.3f\n", s / n }' "$OUT/table"
+# Median time (us) per size of each kind: column 5 of hvdrun-bench's rows (rank 0's).
+awk -v rounds="$ROUNDS" '
+  FNR == 1 { np = split(FILENAME, parts, "/"); kind = substr(parts[np], 1, 1) }
+  { line = $0; sub(/^\[0\]<stdout>:/, "", line); n = split(line, f, " ") }
+  n >= 5 && f[1] ~ /^[0-9]+$/ && f[2] ~ /^[0-9]+$/ { t[kind, f[1]] = t[kind, f[1]] " " f[5]; sizes[f[1]] = 1 }
+  function median(list,   a, m, i, j, x) {
+    m = split(list, a, " ")
+    for (i = 2; i <= m; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > x + 0; j--) a[j + 1] = a[j]; a[j + 1] = x }
+    return a[int((m + 1) / 2)]
+  }
+  END {
+    printf "# allreduce, 2 ranks, median of %d rounds\n", rounds
+    printf "%12s %12s %12s %8s\n", "size(B)", "quiet(us)", "loaded(us)", "ratio"
+    ns = 0; for (s in sizes) order[++ns] = s + 0
+    for (i = 2; i <= ns; i++) { x = order[i]; for (j = i - 1; j >= 1 && order[j] > x; j--) order[j + 1] = order[j]; order[j + 1] = x }
+    for (i = 1; i <= ns; i++) {
+      q = median(t[0, order[i]]); l = median(t[1, order[i]])
+      printf "%12d %12.1f %12.1f %8.3f\n", order[i], q, l, (q > 0 ? l / q : 0)
+    }
+  }' "$OUT"/0.* "$OUT"/1.*
+echo "# load: $IDLE idle connections + $RATE requests/s, per loaded round:"
 grep -h "load: .* requests" "$OUT"/1.* | sed 's/^\[0\]<stdout>://'
 echo "hvdrun VmHWM quiet: $(grep -h 'hvdrun VmHWM' "$OUT"/0.* | awk '{print $3}' | sort -n | tail -1) kB," \
   "under load: $(grep -h 'hvdrun VmHWM' "$OUT"/1.* | awk '{print $3}' | sort -n | tail -1) kB"
+[ "$failed" = 0 ]

@@ -148,6 +148,31 @@ Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node)
                     (tried.empty() ? "none usable from here" : tried));
 }
 
+// Started by srun: the ranks carry hvdrun's environment, whose Slurm variables describe
+// hvdrun's own place (the batch host, task 0). The node's own are this agent's; the
+// per-task ones (srun's task ids, not ranks) are dropped, so that nothing mistakes every
+// rank for Slurm's task 0 on the first node.
+std::vector<std::string> slurm_node_env(const std::vector<std::string>& env) {
+  static const char* const kNode[] = {"SLURMD_NODENAME", "SLURM_NODEID", "SLURM_TOPOLOGY_ADDR"};
+  static const char* const kTask[] = {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_TASK_PID", "SLURM_GTIDS",
+                                      "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
+                                      "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_LAUNCHER_PORT"};
+  auto named = [](const std::string& kv, const char* name) {
+    size_t n = std::strlen(name);
+    return kv.size() > n && kv.compare(0, n, name) == 0 && kv[n] == '=';
+  };
+  std::vector<std::string> out;
+  for (const auto& kv : env) {
+    bool drop = false;
+    for (const char* n : kNode) drop = drop || named(kv, n);
+    for (const char* n : kTask) drop = drop || named(kv, n);
+    if (!drop) out.push_back(kv);
+  }
+  for (const char* n : kNode)
+    if (const char* v = std::getenv(n)) out.push_back(std::string(n) + "=" + v);
+  return out;
+}
+
 }  // namespace
 
 int run_agent_mode() {
@@ -270,7 +295,7 @@ int run_agent_mode() {
     l.host = job->host;
     l.request.exe = *exe;
     l.request.argv = r.argv;
-    l.request.env = r.env;
+    l.request.env = sock.valid() ? slurm_node_env(r.env) : r.env;
     launches.push_back(std::move(l));
   }
   AgentResult res = agent.run(std::move(launches));

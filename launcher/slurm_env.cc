@@ -128,6 +128,13 @@ Result<std::vector<HostSlots>> allocation_hosts(const std::map<std::string, std:
   auto names = expand_hostlist(list);
   if (!names) return make_error(var + ": " + names.error().message, kUsage);
   std::vector<int> slots(names->size(), 1);
+  // Inside a step (srun ... hvdrun), SLURM_TASKS_PER_NODE and SLURM_NTASKS are the step's,
+  // not the allocation's: refuse rather than plan from the wrong layout.
+  if (std::string step = get("SLURM_STEP_ID"); !step.empty())
+    return make_error("hvdrun runs inside Slurm step " + get("SLURM_JOB_ID") + "." + step +
+                          ", whose SLURM_TASKS_PER_NODE describes that step, not the allocation; run hvdrun "
+                          "directly under salloc or in the sbatch script (not through srun), or give the hosts with -H",
+                      kUsage);
   if (std::string tpn = get("SLURM_TASKS_PER_NODE"); !tpn.empty()) {
     auto t = parse_tasks_per_node(tpn);
     if (!t) return t.error();

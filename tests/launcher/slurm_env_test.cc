@@ -88,6 +88,13 @@ TEST(SlurmAllocation, HostsAndSlotsFromTheEnvironment) {
   EXPECT_NE(mismatch.error().message.find("gives 2 node(s), SLURM_JOB_NODELIST 'n[1-3],x01' names 4"), std::string::npos);
   env["SLURM_JOB_NODELIST"] = "n[2-1]";
   EXPECT_NE(allocation_hosts(env).error().message.find("SLURM_JOB_NODELIST: Slurm host list 'n[2-1]'"), std::string::npos);
+  // Inside a step the layout is the step's: refused, saying why.
+  auto step = allocation_hosts({{"SLURM_JOB_ID", "17"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "n[1-2]"},
+                                {"SLURM_TASKS_PER_NODE", "1"}});
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.error().message.find("hvdrun runs inside Slurm step 17.0, whose SLURM_TASKS_PER_NODE describes that step"),
+            std::string::npos)
+      << step.error().message;
   auto none = allocation_hosts({{"SLURM_JOB_ID", "17"}});
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error().message.find("SLURM_JOB_NODELIST is not set"), std::string::npos);

@@ -103,6 +103,16 @@ std::string job_state(const std::string& id) {
 
 }  // namespace
 
+TEST(Slurm, WithoutSrunOnPathTheJobStopsBeforeAnythingStarts) {
+  // No cluster needed: an allocation's environment, and no srun to be found.
+  auto o = run({kHvdrun, "true"}, 30,
+               {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                {"PATH", "/nonexistent"}});
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: --launcher slurm: srun"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("(Slurm's srun must be on PATH)"), std::string::npos) << o.err;
+}
+
 TEST(Slurm, OnlyLoopbackInsideAndNoClientOutsideIt) {
   REQUIRE_SLURM();
   auto links = slurm({"sh", "-c", "ip -o link show | awk -F': ' '{print $2}'"});
@@ -135,17 +145,19 @@ TEST(Slurm, HostListsExpandAsScontrolExpandsThem) {
 
 TEST(Slurm, SallocRanksLandOnTheirNodes) {
   REQUIRE_SLURM();
-  // Each rank names the node its agent (its parent) was started on by srun.
+  // Each rank names the node its agent (its parent) was started on by srun, and sees that
+  // node's Slurm variables, not hvdrun's (no task id of srun's).
   auto o = slurm({"salloc", "-N4", "--ntasks-per-node=2", kHvdrun, "sh", "-c",
                   "echo $HOROVOD_RANK/$HOROVOD_SIZE $HOROVOD_LOCAL_RANK $HOROVOD_HOSTNAME "
-                  "$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^SLURMD_NODENAME=//p')"},
+                  "$(tr '\\0' '\\n' < /proc/$PPID/environ | sed -n 's/^SLURMD_NODENAME=//p') "
+                  "$SLURMD_NODENAME $SLURM_NODEID ${SLURM_PROCID-none} $SLURM_JOB_ID"},
                  90);
   ASSERT_FALSE(o.timed_out);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   for (int r = 0; r < 8; ++r) {
     std::string node = "n" + std::to_string(r / 2 + 1);
     std::string want = "[" + std::to_string(r) + "]<stdout>:" + std::to_string(r) + "/8 " + std::to_string(r % 2) + " " +
-                       node + " " + node + "\n";
+                       node + " " + node + " " + node + " " + std::to_string(r / 2) + " none ";
     EXPECT_NE(o.out.find(want), std::string::npos) << "missing " << want << o.out;
   }
   EXPECT_EQ(o.err.find("hvdrun: n"), std::string::npos) << o.err;  // no srun chatter

@@ -1,4 +1,5 @@
 #include "launcher/job.h"
+#include "launcher/timeline_merge.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -264,9 +266,37 @@ int run_job(const LaunchOptions& opts, char** envp) {
   for (const auto& r : plan->ranks) so.ranks.push_back({r.host, r.local_rank});
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;
-  cb.on_fatal = [&agent, &p](int rank, const std::string& message) {
+  // libhvdrun's stall reports name ranks ("rank 3 has not submitted: ..."): add their hosts.
+  auto with_hosts = [&p](std::string text) {
+    std::string out;
+    size_t at = 0;
+    const std::string tail = " has not submitted:";
+    while (true) {
+      size_t k = text.find(tail, at);
+      if (k == std::string::npos) break;
+      size_t start = text.rfind("rank ", k);
+      int r = -1;
+      if (start != std::string::npos && start >= at) r = std::atoi(text.c_str() + start + 5);
+      out += text.substr(at, k - at);
+      if (r >= 0 && r < static_cast<int>(p.ranks.size())) out += " (host " + p.ranks[r].host + ")";
+      at = k;
+      out += tail;
+      at += tail.size();
+    }
+    return out + text.substr(at);
+  };
+  cb.on_fatal = [&agent, &p, with_hosts](int rank, const std::string& message) {
     std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " (host " + p.ranks[rank].host + ")" : "a worker";
-    agent.request_teardown("hvdrun: " + who + ": " + message, 1);
+    agent.request_teardown("hvdrun: " + who + ": " + with_hosts(message), 1);
+  };
+  cb.on_stall = [with_hosts](int, const std::string& key, const std::string& report) {
+    if (key != "hvdrun/stall/warning") return;  // the shutdown one comes as a fatal report
+    std::string seconds = tunable_string("HVDRUN_STALL_CHECK_TIME_SECONDS");
+    std::string msg = "hvdrun: warning: collectives stalled for more than " + seconds +
+                      " s (HVDRUN_STALL_CHECK_TIME_SECONDS): some ranks submitted these names and others did not "
+                      "(different names, or different numbers of steps, deadlock the job):\n" + with_hosts(report);
+    std::fwrite(msg.data(), 1, msg.size(), stderr);
+    std::fflush(stderr);
   };
   cb.on_start_timeout = [&agent](const std::string& message) {
     agent.request_teardown(message, exit_code::kStartTimeout);
@@ -355,6 +385,11 @@ int run_job(const LaunchOptions& opts, char** envp) {
   }
   remotes.clear();
   server->reset();
+  // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).
+  std::string timeline = opts.timeline_file.empty() ? tunable_string("HVDRUN_TIMELINE") : opts.timeline_file;
+  if (!timeline.empty())
+    if (auto st = merge_timeline_files(timeline, static_cast<int>(plan->ranks.size())); !st)
+      std::fprintf(stderr, "hvdrun: %s\n", st.error().message.c_str());
   return res.exit_code;
 }
 

@@ -1,5 +1,7 @@
 #include "launcher/options.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "launcher/exit_status.h"
@@ -88,6 +90,13 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   app.add_option("-x,--env", o.env, "Forward NAME or set NAME=VALUE for the workers (repeatable)")
       ->type_name("NAME[=VALUE]")
       ->allow_extra_args(false);
+  app.add_option("--timeline-filename", o.timeline_file,
+                 "Write one Chrome trace of the job's collectives to FILE (each rank writes FILE.rank<N>, merged "
+                 "at the end; HVDRUN_TIMELINE, HOROVOD_TIMELINE)")
+      ->type_name("FILE");
+  bool mark_cycles = false;
+  app.add_flag("--timeline-mark-cycles", mark_cycles,
+               "Mark the engine's negotiation cycles in the timeline (HVDRUN_TIMELINE_MARK_CYCLES=1)");
   bool hier_allreduce = false, hier_allgather = false;
   app.add_flag("--hierarchical-allreduce", hier_allreduce,
                "Allreduce within each host over shared memory and between hosts over TCP "
@@ -137,6 +146,18 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
 
   // As horovodrun: the flags set the workers' variables (ahead of -x, which can still
   // override them).
+  if (!o.timeline_file.empty()) {
+    if (o.timeline_file[0] != '/') {
+      char cwd[4096];
+      if (getcwd(cwd, sizeof cwd)) o.timeline_file = std::string(cwd) + "/" + o.timeline_file;
+    }
+    o.env.insert(o.env.begin(), "HVDRUN_TIMELINE=" + o.timeline_file);
+  }
+  if (mark_cycles) {
+    if (o.timeline_file.empty() && tunable_string("HVDRUN_TIMELINE").empty())
+      return error_of(ErrorKind::kUsage, "--timeline-mark-cycles needs --timeline-filename FILE (or HVDRUN_TIMELINE)");
+    o.env.insert(o.env.begin(), "HVDRUN_TIMELINE_MARK_CYCLES=1");
+  }
   if (hier_allgather)
     o.env.insert(o.env.begin(), {"HVDRUN_HIERARCHICAL_ALLGATHER=1", "HOROVOD_HIERARCHICAL_ALLGATHER=1"});
   if (hier_allreduce)

@@ -24,6 +24,7 @@ struct LaunchOptions {
   std::string network_interface;
   std::string nccl_debug;  // NCCL_DEBUG for the workers; empty: leave it alone
   std::string output_dir;
+  std::string timeline_file;  // --timeline-filename (absolute), else HVDRUN_TIMELINE
   bool timestamps = false;
   std::vector<std::string> env;  // -x specs
   bool verbose = false;

@@ -92,6 +92,11 @@ struct Server::Impl {
   // Job state (io thread only).
   std::vector<PeerInfo> peers;            // index = rank; rank == -1 until registered
   std::vector<std::shared_ptr<Session>> pending_register;
+  // Registrations per rank: a rank that called hvd_shutdown and hvd_init again registers
+  // once more (its earlier connection closed); round k completes when every rank has
+  // registered k times, and its sessions then get their neighbours.
+  std::vector<int> reg_count;
+  std::vector<std::weak_ptr<Session>> owner;
   std::unordered_map<std::string, std::string> kv;
   std::unordered_multimap<std::string, std::shared_ptr<Waiter>> waiters;
   std::set<std::shared_ptr<Session>> sessions;
@@ -117,6 +122,7 @@ struct Server::Impl {
   // Stores key = value within the store's bounds; an error names the bound.
   Status store(const std::string& key, std::string value);
   void on_registered();
+  void on_reregistered(int round);
   void arm_start_timer();
   void on_start_timer();
   bool complete() const { return registered == static_cast<int>(peers.size()); }
@@ -184,6 +190,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool closed() const { return closed_; }
   int rank() const { return rank_; }
+  int round() const { return round_; }
 
  private:
   enum class State { kHello, kAuth, kReady };
@@ -323,14 +330,20 @@ class Session : public std::enable_shared_from_this<Session> {
           return fail("rank " + std::to_string(q->rank) + " registered data port " + std::to_string(q->port) +
                       "; expected 1 to 65535"),
                  false;
-        if (s.peers[q->rank].rank >= 0)
-          return fail("rank " + std::to_string(q->rank) + " is already registered (from host " +
-                      s.peers[q->rank].host + ")"),
-                 false;
+        if (s.peers[q->rank].rank >= 0) {
+          auto prev = s.owner[q->rank].lock();
+          if (prev && !prev->closed())
+            return fail("rank " + std::to_string(q->rank) + " is already registered (from host " +
+                        s.peers[q->rank].host + ")"),
+                   false;
+        }
         rank_ = q->rank;
+        round_ = ++s.reg_count[rank_];
+        s.owner[rank_] = shared_from_this();
         s.peers[rank_] = PeerInfo{q->rank, q->host, q->addr, q->port};
         s.pending_register.push_back(shared_from_this());
-        s.on_registered();
+        if (round_ == 1) s.on_registered();
+        else s.on_reregistered(round_);
         return true;
       }
       case MsgType::kGetPeer: {
@@ -345,6 +358,7 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kSet: {
         auto kv = decode_key_value(f.payload);
         if (!kv) return fail(kv.error().message), false;
+        if (kv->first.rfind("hvdrun/stall/", 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
         if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
         send(MsgType::kOk, "");
         s.notify_key(kv->first);
@@ -488,6 +502,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool read_paused_ = false;
   bool closing_ = false, closed_ = false;
   int rank_ = -1;
+  int round_ = 0;
 };
 
 void Server::Impl::accept() {
@@ -581,6 +596,26 @@ void Server::Impl::on_registered() {
   spdlog::debug("rendezvous: all {} ranks registered", size);
 }
 
+// A later round (hvd_init after hvd_shutdown): complete when every rank registered again.
+void Server::Impl::on_reregistered(int round) {
+  for (int c : reg_count)
+    if (c < round) return;
+  int size = static_cast<int>(peers.size());
+  std::vector<std::shared_ptr<Session>> keep;
+  for (auto& sess : pending_register) {
+    if (sess->closed()) continue;
+    if (sess->round() != round) {
+      keep.push_back(sess);
+      continue;
+    }
+    int r = sess->rank();
+    Registered g{size, peers[(r - 1 + size) % size], peers[(r + 1) % size]};
+    sess->send(MsgType::kRegistered, encode_registered(g));
+  }
+  pending_register.swap(keep);
+  spdlog::debug("rendezvous: all {} ranks registered again (round {})", size, round);
+}
+
 void Server::Impl::on_start_timer() {
   if (complete()) return;
   if (registered == 0) {
@@ -618,6 +653,8 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
   impl->opts = std::move(options);
   impl->cbs = std::move(callbacks);
   impl->peers.assign(impl->opts.ranks.size(), PeerInfo{});
+  impl->reg_count.assign(impl->opts.ranks.size(), 0);
+  impl->owner.assign(impl->opts.ranks.size(), {});
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(impl->opts.bind_address, ec);
   if (ec) return make_error("rendezvous: bad listen address '" + impl->opts.bind_address + "'");

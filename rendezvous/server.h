@@ -30,6 +30,9 @@ struct ServerOptions {
 struct ServerCallbacks {
   std::function<void(int rank, const std::string& message)> on_fatal;
   std::function<void(const std::string& message)> on_start_timeout;
+  // A rank set a key under "hvdrun/stall/" (libhvdrun's stall report): the value is the
+  // report, one line per missing rank.
+  std::function<void(int rank, const std::string& key, const std::string& report)> on_stall;
 };
 
 class Server {

@@ -1,0 +1,135 @@
+// The engine's C API across real processes started by hvdrun: async names in any order,
+// every kind, join, hvd_init after hvd_shutdown, a peer killed with handles pending, the
+// stall warning and stall shutdown printed by hvdrun, and the merged timeline.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "process.h"
+
+using namespace testing_hvdrun;
+
+namespace {
+const std::string kHvdrun = HVDRUN_BIN;
+const std::string kEngine = ENGINE_WORKER_BIN;
+
+class EngineLaunch : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineLaunch, AsyncNamesInAnyOrderEveryKindAndJoin) {
+  const int n = GetParam();
+  auto o = run({kHvdrun, "-np", std::to_string(n), kEngine, "async"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < n; ++r)
+    EXPECT_NE(o.out.find("[" + std::to_string(r) + "]<stdout>:rank " + std::to_string(r) + " engine ok"),
+              std::string::npos)
+        << o.out << o.err;
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, EngineLaunch, ::testing::Values(1, 2, 3, 4));
+
+TEST(EngineLaunchLifecycle, InitAfterShutdownWorksInOneProcess) {
+  // Issue 16.13: hvd_init after hvd_shutdown registers again with the rendezvous.
+  auto o = run({kHvdrun, "-np", "3", kEngine, "reinit"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(o.out.find("rank " + std::to_string(r) + " reinit ok"), std::string::npos) << o.out << o.err;
+  EXPECT_EQ(o.err.find("already registered"), std::string::npos) << o.err;
+}
+
+TEST(EngineLaunchLifecycle, PeerKilledWithHandlesPendingEndsTheJobFast) {
+  auto o = run({kHvdrun, "-np", "3", "--kill-grace", "2", kEngine, "die"}, 120);
+  ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
+  EXPECT_EQ(o.exit_code, 137) << o.err;
+  EXPECT_NE(o.err.find("rank 1 (host localhost) was killed by signal 9"), std::string::npos) << o.err;
+}
+
+TEST(EngineLaunchStall, WarningNamesTheTensorAndTheMissingRankOnce) {
+  auto o = run({kHvdrun, "-np", "3", kEngine, "stall"}, 120, {{"HVDRUN_STALL_CHECK_TIME_SECONDS", "1"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  const std::string line = "rank 1 (host localhost) has not submitted: late.tensor";
+  auto at = o.err.find(line);
+  ASSERT_NE(at, std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find(line, at + 1), std::string::npos) << "one warning, not one per check: " << o.err;
+  EXPECT_NE(o.err.find("hvdrun: warning: collectives stalled for more than 1 s"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("rank 0 (host localhost) has not"), std::string::npos) << o.err;
+}
+
+TEST(EngineLaunchStall, HoroVodSpellingAndStallShutdownEndTheJobWithTheList) {
+  auto o = run({kHvdrun, "-np", "2", kEngine, "stallforever"}, 120,
+               {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1"}, {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "2"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("rank 1 (host localhost) has not submitted: late.tensor"), std::string::npos) << o.err;
+}
+
+// Parses the merged trace: a JSON array; every rank a process row; every B closed by an E
+// per (pid, tid); the phases of the engine present.
+void check_trace(const std::string& path, int n, bool complete) {
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  ASSERT_TRUE(j.is_array()) << ss.str().substr(0, 500);
+  std::set<int> pids;
+  std::set<std::string> phases;
+  std::map<std::pair<int, int>, int> depth;
+  int cycles = 0;
+  for (auto& e : j) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name")) << e.dump();
+    std::string ph = e["ph"];
+    int pid = e["pid"];
+    pids.insert(pid);
+    if (ph == "B") {
+      phases.insert(e["name"].get<std::string>());
+      ++depth[{pid, e.value("tid", 0)}];
+    } else if (ph == "E") {
+      --depth[{pid, e.value("tid", 0)}];
+    } else if (ph == "i" && e["name"] == "CYCLE_START") {
+      ++cycles;
+    }
+  }
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(pids.count(r)) << "rank " << r << " has no row";
+  EXPECT_TRUE(phases.count("QUEUE") && phases.count("NEGOTIATE_allreduce") && phases.count("ALLREDUCE"));
+  EXPECT_TRUE(phases.count("MEMCPY_IN_FUSION_BUFFER") && phases.count("MEMCPY_OUT_FUSION_BUFFER"));
+  EXPECT_GT(cycles, 0);
+  if (complete) {
+    for (auto& [k, d] : depth) EXPECT_EQ(d, 0) << "pid " << k.first << " tid " << k.second;
+  }
+}
+
+TEST(EngineLaunchTimeline, MergedChromeTraceWithCycleMarks) {
+  std::string path = ::testing::TempDir() + "hvdrun_timeline_" + std::to_string(getpid()) + ".json";
+  auto o = run({kHvdrun, "-np", "3", "--timeline-filename", path, "--timeline-mark-cycles", kEngine, "steps", "3"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  check_trace(path, 3, true);
+  for (int r = 0; r < 3; ++r) EXPECT_NE(access((path + ".rank" + std::to_string(r)).c_str(), F_OK), 0) << "merged away";
+  std::remove(path.c_str());
+}
+
+TEST(EngineLaunchTimeline, AJobKilledMidRunStillLeavesALoadableFile) {
+  std::string path = ::testing::TempDir() + "hvdrun_timeline_killed_" + std::to_string(getpid()) + ".json";
+  auto o = run({kHvdrun, "-np", "2", "--kill-grace", "1", "--timeline-mark-cycles", kEngine, "steps", "50", "2"}, 120,
+               {{"HOROVOD_TIMELINE", path}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 137) << o.err;
+  check_trace(path, 2, false);
+  std::remove(path.c_str());
+}
+
+TEST(EngineLaunchTimeline, MarkCyclesWithoutAFileIsAUsageError) {
+  auto o = run({kHvdrun, "-np", "1", "--timeline-mark-cycles", kEngine, "steps", "1"}, 60);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.err.find("--timeline-mark-cycles needs --timeline-filename FILE"), std::string::npos) << o.err;
+}
+
+}  // namespace

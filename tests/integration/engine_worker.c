@@ -1,0 +1,256 @@
+/* The engine's C API across real processes under hvdrun:
+ *   engine_worker async      names submitted in a per-rank shuffled order (mixed dtypes and
+ *                            ops, grouped, scales), allgatherv, alltoall with splits,
+ *                            reducescatter, their blocking wrappers, poll; then join with
+ *                            uneven data ("rank R engine ok")
+ *   engine_worker reinit     hvd_init, allreduce, hvd_shutdown three times ("rank R reinit ok")
+ *   engine_worker stall      rank 1 submits "late.tensor" 2.5 s after the others
+ *   engine_worker stallforever  rank 1 never submits "late.tensor"
+ *   engine_worker die        rank 1 is SIGKILLed while the others have handles pending
+ *   engine_worker steps N    N steps of 20 async allreduces (for the timeline) */
+#include <hvdrun/hvdrun.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                                  \
+  do {                                                                                               \
+    int rc_ = (call);                                                                                \
+    if (rc_ != 0) {                                                                                  \
+      fprintf(stderr, "rank %d: %s failed (%d): %s\n", hvd_rank(), #call, rc_, hvd_last_error());     \
+      return 10 + rc_;                                                                               \
+    }                                                                                                \
+  } while (0)
+#define EXPECT(cond, ...)                                    \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      fprintf(stderr, "rank %d: ", hvd_rank());              \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fprintf(stderr, "\n");                                 \
+      return 3;                                              \
+    }                                                        \
+  } while (0)
+
+static unsigned lcg(unsigned* s) { return *s = *s * 1103515245u + 12345u; }
+
+static int async_mode(void) {
+  int r = hvd_rank(), n = hvd_size();
+  enum { T = 24 };
+  float* in[T];
+  float* out[T];
+  size_t cnt[T];
+  int order[T];
+  hvd_handle_t h[T];
+  for (int i = 0; i < T; ++i) {
+    cnt[i] = 1 + (size_t)(i * 97 % 5000);
+    in[i] = malloc(cnt[i] * sizeof(float));
+    out[i] = malloc(cnt[i] * sizeof(float));
+    for (size_t k = 0; k < cnt[i]; ++k) in[i][k] = (float)(r + 1) * (float)(1 + k % 3);
+    order[i] = i;
+  }
+  unsigned seed = 17u + (unsigned)r * 7919u;
+  for (int step = 0; step < 3; ++step) {
+    for (int i = T - 1; i > 0; --i) {
+      int j = (int)(lcg(&seed) % (unsigned)(i + 1)), t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    for (int k = 0; k < T; ++k) {
+      int i = order[k];
+      char name[32];
+      snprintf(name, sizeof name, "grad.%d", i);
+      /* average, prescale 2, postscale 0.5: the average itself */
+      CHECK(hvd_allreduce_async(name, in[i], out[i], cnt[i], HVD_FLOAT32, i % 2 ? HVD_OP_AVERAGE : HVD_OP_SUM,
+                                i % 2 ? 2.0 : 1.0, i % 2 ? 0.5 : 1.0, &h[i]));
+    }
+    for (int i = 0; i < T; ++i) {
+      while (hvd_poll(h[i]) == 0) usleep(100);
+      EXPECT(hvd_poll(h[i]) == 1, "poll of a finished handle");
+      CHECK(hvd_wait(h[i]));
+      EXPECT(hvd_poll(h[i]) == -1, "poll of a released handle is %d", hvd_poll(h[i]));
+      double sum = 0;
+      for (int p = 0; p < n; ++p) sum += (p + 1);
+      for (size_t k = 0; k < cnt[i]; k += 101) {
+        double expect = sum * (1 + k % 3) / (i % 2 ? n : 1);
+        EXPECT(out[i][k] > expect - 1e-3 && out[i][k] < expect + 1e-3, "grad.%d[%zu] = %f, expected %f", i, k,
+               out[i][k], expect);
+      }
+    }
+  }
+  /* grouped */
+  {
+    double a[3] = {r, r, r}, b[5] = {1, 1, 1, 1, 1}, ao[3], bo[5];
+    const void* s[2] = {a, b};
+    void* d[2] = {ao, bo};
+    size_t c[2] = {3, 5};
+    hvd_handle_t g;
+    CHECK(hvd_grouped_allreduce_async("group", 2, s, d, c, HVD_FLOAT64, HVD_OP_SUM, 1.0, 1.0, &g));
+    CHECK(hvd_wait(g));
+    EXPECT(ao[2] == n * (n - 1) / 2.0 && bo[4] == n, "grouped allreduce");
+    CHECK(hvd_grouped_allreduce(2, s, d, c, HVD_FLOAT64, HVD_OP_MAX));
+    EXPECT(ao[0] == n - 1 && bo[0] == 1, "blocking grouped allreduce");
+  }
+  /* allgatherv: rank p sends p + 1 rows of 2 */
+  {
+    int32_t mine[64];
+    for (int i = 0; i < 2 * (r + 1); ++i) mine[i] = 100 * r + i / 2;
+    hvd_handle_t g;
+    CHECK(hvd_allgatherv_async("ag", mine, (size_t)r + 1, 2, HVD_INT32, &g));
+    size_t rows[64];
+    CHECK(hvd_result_rows(g, rows));
+    size_t total = 0;
+    for (int p = 0; p < n; ++p) {
+      EXPECT(rows[p] == (size_t)p + 1, "allgatherv rows[%d] = %zu", p, rows[p]);
+      total += rows[p];
+    }
+    int32_t* all = malloc(total * 2 * sizeof(int32_t));
+    CHECK(hvd_wait_result(g, all));
+    size_t at = 0;
+    for (int p = 0; p < n; ++p)
+      for (int row = 0; row <= p; ++row, ++at) EXPECT(all[at * 2 + 1] == 100 * p + row, "allgatherv data");
+    free(all);
+    void* out2 = NULL;
+    size_t rows2[64];
+    CHECK(hvd_allgatherv(mine, (size_t)r + 1, 2, HVD_INT32, &out2, rows2));
+    EXPECT(rows2[n - 1] == (size_t)n && ((int32_t*)out2)[0] == 0, "blocking allgatherv");
+    hvd_free(out2);
+  }
+  /* alltoall: rank r sends (d + r) % 3 + 1 rows of 1 to d, value 1000 r + d */
+  {
+    size_t splits[64], rows = 0;
+    for (int d = 0; d < n; ++d) rows += splits[d] = (size_t)((d + r) % 3 + 1);
+    int64_t* send = malloc(rows * sizeof(int64_t));
+    size_t k = 0;
+    for (int d = 0; d < n; ++d)
+      for (size_t i = 0; i < splits[d]; ++i) send[k++] = 1000 * r + d;
+    void* got = NULL;
+    size_t rows_from[64];
+    CHECK(hvd_alltoall(send, rows, 1, splits, HVD_INT64, &got, rows_from));
+    k = 0;
+    for (int p = 0; p < n; ++p) {
+      EXPECT(rows_from[p] == (size_t)((r + p) % 3 + 1), "alltoall rows from %d", p);
+      for (size_t i = 0; i < rows_from[p]; ++i, ++k) EXPECT(((int64_t*)got)[k] == 1000 * p + r, "alltoall data");
+    }
+    hvd_free(got);
+    /* equal splits without a splits array, rows not divisible: a clear error at once */
+    hvd_handle_t bad;
+    EXPECT(hvd_alltoall_async("a2a.bad", send, (size_t)n + 1, 1, NULL, HVD_INT64, &bad) == HVD_ERR_INVALID_ARGUMENT ||
+               n == 1,
+           "uneven equal-split alltoall accepted");
+    free(send);
+  }
+  /* reducescatter: 5 rows of 3 */
+  {
+    float x[15], y[15];
+    for (int i = 0; i < 15; ++i) x[i] = (float)(i + r);
+    CHECK(hvd_reducescatter(x, y, 5, 3, HVD_FLOAT32, HVD_OP_SUM));
+    size_t first = 0;
+    for (int p = 0; p < r; ++p) first += 5 / n + ((size_t)p < 5 % (size_t)n ? 1 : 0);
+    size_t mine = 5 / n + ((size_t)r < 5 % (size_t)n ? 1 : 0);
+    for (size_t i = 0; i < mine * 3; ++i) {
+      float expect = 0;
+      for (int p = 0; p < n; ++p) expect += (float)(first * 3 + i + p);
+      EXPECT(y[i] == expect, "reducescatter element %zu: %f != %f", i, y[i], expect);
+    }
+  }
+  /* duplicate pending name */
+  {
+    float a = 1, b;
+    hvd_handle_t h1, h2;
+    CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
+    EXPECT(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h2) == HVD_ERR_INVALID_ARGUMENT,
+           "duplicate name accepted");
+    EXPECT(strstr(hvd_last_error(), "'dup'") != NULL, "duplicate error: %s", hvd_last_error());
+    CHECK(hvd_wait(h1));
+  }
+  /* join with uneven data: rank r has r + 1 batches */
+  for (int b = 0; b <= r; ++b) {
+    float v = (float)(r + 1), s;
+    hvd_handle_t j;
+    CHECK(hvd_allreduce_async("batch", &v, &s, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &j));
+    CHECK(hvd_wait(j));
+    float expect = 0;
+    for (int p = b; p < n; ++p) expect += (float)(p + 1);
+    EXPECT(s == expect, "batch %d: %f != %f", b, s, expect);
+  }
+  int last = -1;
+  CHECK(hvd_join(&last));
+  EXPECT(last == n - 1, "last joined rank %d", last);
+  for (int i = 0; i < T; ++i) {
+    free(in[i]);
+    free(out[i]);
+  }
+  printf("rank %d engine ok\n", r);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  if (!strcmp(argv[1], "reinit")) {
+    for (int round = 0; round < 3; ++round) {
+      CHECK(hvd_init());
+      int r = hvd_rank(), n = hvd_size();
+      float v = (float)(r + round), s;
+      CHECK(hvd_allreduce(&v, &s, 1, HVD_FLOAT32, HVD_OP_SUM));
+      float expect = (float)(n * (n - 1) / 2 + n * round);
+      EXPECT(s == expect, "round %d: %f != %f", round, s, expect);
+      CHECK(hvd_shutdown());
+      EXPECT(hvd_rank() == -1, "rank after shutdown");
+    }
+    CHECK(hvd_init());
+    printf("rank %d reinit ok\n", hvd_rank());
+    CHECK(hvd_shutdown());
+    return 0;
+  }
+  CHECK(hvd_init());
+  EXPECT(hvd_version()[0] != '\0' && hvd_nccl_built() >= 0 && hvd_cuda_built() >= 0, "build info");
+  int r = hvd_rank(), rc = 0;
+  if (!strcmp(argv[1], "async")) {
+    rc = async_mode();
+  } else if (!strcmp(argv[1], "stall") || !strcmp(argv[1], "stallforever")) {
+    float v = 1, s;
+    hvd_handle_t h;
+    if (r == 1) {
+      if (!strcmp(argv[1], "stallforever")) pause();
+      usleep(2500 * 1000);
+    }
+    CHECK(hvd_allreduce_async("late.tensor", &v, &s, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h));
+    CHECK(hvd_wait(h));
+    printf("rank %d done\n", r);
+  } else if (!strcmp(argv[1], "die")) {
+    float v[1000], s[1000];
+    hvd_handle_t h[8];
+    for (int i = 0; i < 8 && r != 1; ++i) {
+      char name[16];
+      snprintf(name, sizeof name, "p%d", i);
+      CHECK(hvd_allreduce_async(name, v, s, 1000, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h[i]));
+    }
+    if (r == 1) {
+      usleep(300 * 1000);
+      raise(SIGKILL);
+    }
+    int failed = 0;
+    for (int i = 0; i < 8; ++i)
+      if (hvd_wait(h[i]) == HVD_ERR_PEER) ++failed;
+    fprintf(stderr, "rank %d: %d pending handles failed: %s\n", r, failed, hvd_last_error());
+    return failed == 8 ? 5 : 4;
+  } else if (!strcmp(argv[1], "steps")) {
+    int steps = argc > 2 ? atoi(argv[2]) : 3;
+    float buf[20][256], out[20][256];
+    for (int st = 0; st < steps; ++st) {
+      hvd_handle_t h[20];
+      for (int i = 19; i >= 0; --i) {
+        char name[16];
+        snprintf(name, sizeof name, "layer%d", i);
+        CHECK(hvd_allreduce_async(name, buf[i], out[i], 256, HVD_FLOAT32, HVD_OP_AVERAGE, 1, 1, &h[i]));
+      }
+      for (int i = 0; i < 20; ++i) CHECK(hvd_wait(h[i]));
+      if (argc > 3 && r == 1 && st == atoi(argv[3])) raise(SIGKILL);
+    }
+    printf("rank %d steps done\n", r);
+  }
+  hvd_shutdown();
+  return rc;
+}

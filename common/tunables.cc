@@ -85,6 +85,9 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_TIMELINE_MARK_CYCLES", "0", TunableUse::kWorker,
      "1: mark each negotiation cycle in the timeline (--timeline-mark-cycles).",
      "HOROVOD_TIMELINE_MARK_CYCLES"},
+    {"HVDRUN_LIBRARY", "", TunableUse::kWorker,
+     "Python package hvdrun (hvdrun.torch, hvdrun.numpy): path of the libhvdrun.so to load; "
+     "empty: the one installed with the package."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},

@@ -1,0 +1,1 @@
+"""horovod.common, served by hvdrun.common."""

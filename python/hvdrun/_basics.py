@@ -1,0 +1,94 @@
+"""init, shutdown and the job's topology, shared by hvdrun.torch and hvdrun.numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hvdrun import _capi
+from hvdrun.common.exceptions import NotInitializedError
+
+_NOT_INITIALIZED = "hvdrun has not been initialized; use hvd.init()."
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Joins the job hvdrun started (its rendezvous); a program started without hvdrun is
+    a job of size 1. Horovod's `comm` (an MPI communicator) and `process_sets` are not
+    supported: hvdrun has one global set of ranks."""
+    if comm is not None:
+        raise ValueError("hvd.init(comm=...): hvdrun takes no MPI communicator; start the job with hvdrun")
+    if process_sets is not None:
+        raise ValueError("hvd.init(process_sets=...): hvdrun has only the global process set")
+    _capi.init()
+
+
+def shutdown() -> None:
+    """Leaves the job; harmless when not initialized."""
+    if _capi.initialized():
+        _capi.shutdown()
+
+
+def is_initialized() -> bool:
+    return _capi.initialized()
+
+
+def _topology(which: str) -> int:
+    v = _capi.topology(which)
+    if v < 0:
+        raise NotInitializedError(_NOT_INITIALIZED)
+    return v
+
+
+def require_init() -> None:
+    if not _capi.initialized():
+        raise NotInitializedError(_NOT_INITIALIZED)
+
+
+def rank() -> int:
+    return _topology("rank")
+
+
+def size() -> int:
+    return _topology("size")
+
+
+def local_rank() -> int:
+    return _topology("local_rank")
+
+
+def local_size() -> int:
+    return _topology("local_size")
+
+
+def cross_rank() -> int:
+    return _topology("cross_rank")
+
+
+def cross_size() -> int:
+    return _topology("cross_size")
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of ranks."""
+    return size() == local_size() * cross_size()
+
+
+def nccl_built() -> int:
+    """1 when libhvdrun was built with its NCCL backend, else 0 (Horovod returns an int)."""
+    return int(_capi.nccl_built())
+
+
+def cuda_built() -> bool:
+    return _capi.cuda_built()
+
+
+def mpi_built() -> bool:
+    return False
+
+
+def gloo_built() -> bool:
+    """hvdrun's CPU ring is not Gloo, but it is the CPU transport Horovod's Gloo build offers."""
+    return False
+
+
+def mpi_threads_supported() -> bool:
+    return False

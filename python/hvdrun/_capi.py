@@ -1,0 +1,311 @@
+"""The one ctypes boundary to libhvdrun's C API (include/hvdrun/hvdrun.h).
+
+Everything else in the package calls these functions with plain integers (data pointers,
+element counts, dtype and op codes); nothing else touches ctypes. Every call that returns
+an HVD_ERR_* code is checked here and turned into an exception carrying
+hvd_last_error()'s text. ctypes releases the GIL for the duration of each call, so a
+blocking collective does not stop other Python threads.
+
+Which libhvdrun is loaded, in order: $HVDRUN_LIBRARY (a path); the one installed inside
+this package (pip install: hvdrun/lib/); the one a CMake install put under the same prefix
+(hvdrun/_install_layout.py says where); the dynamic loader's search (LD_LIBRARY_PATH,
+ld.so.cache) for libhvdrun.so.0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
+
+# Error codes (hvdrun.h).
+SUCCESS = 0
+ERR_NOT_INITIALIZED = 1
+ERR_INVALID_ARGUMENT = 2
+ERR_RENDEZVOUS = 3
+ERR_AUTH = 4
+ERR_TIMEOUT = 5
+ERR_PEER = 6
+ERR_MISMATCH = 7
+ERR_UNSUPPORTED = 8
+ERR_INTERNAL = 9
+ERR_CUDA = 10
+ERR_NCCL = 11
+_ERR_NAMES = {
+    1: "HVD_ERR_NOT_INITIALIZED", 2: "HVD_ERR_INVALID_ARGUMENT", 3: "HVD_ERR_RENDEZVOUS",
+    4: "HVD_ERR_AUTH", 5: "HVD_ERR_TIMEOUT", 6: "HVD_ERR_PEER", 7: "HVD_ERR_MISMATCH",
+    8: "HVD_ERR_UNSUPPORTED", 9: "HVD_ERR_INTERNAL", 10: "HVD_ERR_CUDA", 11: "HVD_ERR_NCCL",
+}
+
+# hvd_dtype_t
+INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
+DTYPE_NAMES = {INT8: "int8", UINT8: "uint8", INT32: "int32", INT64: "int64", FLOAT16: "float16",
+               BFLOAT16: "bfloat16", FLOAT32: "float32", FLOAT64: "float64"}
+DTYPE_SIZES = {INT8: 1, UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8}
+# hvd_op_t
+OP_SUM, OP_AVERAGE, OP_MIN, OP_MAX, OP_PRODUCT = range(5)
+
+_c_int_p = ctypes.POINTER(ctypes.c_int)
+_c_size_p = ctypes.POINTER(ctypes.c_size_t)
+_c_handle = ctypes.c_longlong
+_c_handle_p = ctypes.POINTER(_c_handle)
+_c_voidp_p = ctypes.POINTER(ctypes.c_void_p)
+
+# name -> (restype, argtypes)
+_PROTOTYPES = {
+    "hvd_init": (ctypes.c_int, []),
+    "hvd_shutdown": (ctypes.c_int, []),
+    "hvd_initialized": (ctypes.c_int, []),
+    "hvd_rank": (ctypes.c_int, []),
+    "hvd_size": (ctypes.c_int, []),
+    "hvd_local_rank": (ctypes.c_int, []),
+    "hvd_local_size": (ctypes.c_int, []),
+    "hvd_cross_rank": (ctypes.c_int, []),
+    "hvd_cross_size": (ctypes.c_int, []),
+    "hvd_barrier": (ctypes.c_int, []),
+    "hvd_allreduce": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]),
+    "hvd_broadcast": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]),
+    "hvd_allgather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
+    "hvd_last_error": (ctypes.c_char_p, []),
+    # The asynchronous engine.
+    "hvd_allreduce_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                           ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_double,
+                                           _c_handle_p]),
+    "hvd_broadcast_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                           ctypes.c_int, _c_handle_p]),
+    "hvd_poll": (ctypes.c_int, [_c_handle]),
+    "hvd_wait": (ctypes.c_int, [_c_handle]),
+    "hvd_join": (ctypes.c_int, [_c_int_p]),
+    "hvd_grouped_allreduce_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, _c_voidp_p, _c_voidp_p,
+                                                   _c_size_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
+                                                   ctypes.c_double, _c_handle_p]),
+    "hvd_allgatherv_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                            ctypes.c_int, _c_handle_p]),
+    "hvd_alltoall_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                          _c_size_p, ctypes.c_int, _c_handle_p]),
+    "hvd_reducescatter_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                               ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_handle_p]),
+    "hvd_result_rows": (ctypes.c_int, [_c_handle, _c_size_p]),
+    "hvd_wait_result": (ctypes.c_int, [_c_handle, ctypes.c_void_p]),
+    "hvd_nccl_built": (ctypes.c_int, []),
+    "hvd_cuda_built": (ctypes.c_int, []),
+    "hvd_version": (ctypes.c_char_p, []),
+}
+
+
+def _candidates() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    out: List[str] = []
+    # pip install: libhvdrun inside the package.
+    out += sorted(glob.glob(os.path.join(here, "lib", "libhvdrun.so*")))
+    # cmake --install: the library directory of the same prefix.
+    try:
+        from hvdrun import _install_layout  # written by `cmake --install`
+
+        libdir = os.path.normpath(os.path.join(here, _install_layout.LIBDIR_FROM_PACKAGE))
+        out += sorted(glob.glob(os.path.join(libdir, "libhvdrun.so*")))
+    except ImportError:
+        pass
+    out.append("libhvdrun.so.0")  # the dynamic loader's own search
+    return out
+
+
+def _load() -> Tuple[ctypes.CDLL, str]:
+    env = os.environ.get("HVDRUN_LIBRARY", "")
+    if env:
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError(f"hvdrun: HVDRUN_LIBRARY={env!r} cannot be loaded: {e}") from None
+    tried = []
+    for c in _candidates():
+        try:
+            return ctypes.CDLL(c), c
+        except OSError as e:
+            tried.append(f"{c} ({e})")
+    raise ImportError("hvdrun: libhvdrun not found; tried " + "; ".join(tried) +
+                      ". Install hvdrun (pip install, or cmake --install) or set HVDRUN_LIBRARY to libhvdrun.so")
+
+
+_lib, library_path = _load()
+_fns: dict = {}
+_fns_lock = threading.Lock()
+
+
+def _fn(name: str) -> Callable:
+    f = _fns.get(name)
+    if f is not None:
+        return f
+    with _fns_lock:
+        try:
+            f = getattr(_lib, name)
+        except AttributeError:
+            raise HorovodInternalError(
+                f"{name} is not in {library_path}: this libhvdrun is older than the hvdrun Python package "
+                f"(rebuild and reinstall both)") from None
+        f.restype, f.argtypes = _PROTOTYPES[name]
+        _fns[name] = f
+        return f
+
+
+def has(name: str) -> bool:
+    """Whether the loaded libhvdrun exports `name`."""
+    return hasattr(_lib, name)
+
+
+def last_error() -> str:
+    msg = _fn("hvd_last_error")()
+    return msg.decode(errors="replace") if msg else ""
+
+
+def error_for(rc: int, what: str) -> HorovodInternalError:
+    """The exception for return code rc of call `what` (reads hvd_last_error on this thread)."""
+    detail = last_error() or "no detail"
+    text = f"{what} failed: {detail} ({_ERR_NAMES.get(rc, 'error %d' % rc)})"
+    if rc == ERR_NOT_INITIALIZED:
+        return NotInitializedError(text + "; call hvd.init() first")
+    if rc == ERR_INVALID_ARGUMENT:
+        return InvalidArgumentError(text)
+    return HorovodInternalError(text)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != SUCCESS:
+        raise error_for(rc, what)
+
+
+def _bname(name: str) -> bytes:
+    b = name.encode()
+    if b"\0" in b:
+        raise InvalidArgumentError(f"collective name {name!r} contains a NUL character")
+    return b
+
+
+# --- Process and job ----------------------------------------------------------------------
+def init() -> None:
+    _check(_fn("hvd_init")(), "hvd_init")
+
+
+def shutdown() -> None:
+    _check(_fn("hvd_shutdown")(), "hvd_shutdown")
+
+
+def initialized() -> bool:
+    return bool(_fn("hvd_initialized")())
+
+
+def topology(which: str) -> int:
+    """hvd_rank, hvd_size, ...: -1 before init."""
+    return int(_fn("hvd_" + which)())
+
+
+def nccl_built() -> bool:
+    return has("hvd_nccl_built") and bool(_fn("hvd_nccl_built")())
+
+
+def cuda_built() -> bool:
+    return has("hvd_cuda_built") and bool(_fn("hvd_cuda_built")())
+
+
+def version() -> Optional[str]:
+    if not has("hvd_version"):
+        return None
+    v = _fn("hvd_version")()
+    return v.decode() if v else None
+
+
+# --- Blocking collectives (ranks call them in the same order) --------------------------------
+def barrier() -> None:
+    _check(_fn("hvd_barrier")(), "hvd_barrier")
+
+
+def allreduce(send: int, recv: int, count: int, dtype: int, op: int) -> None:
+    _check(_fn("hvd_allreduce")(send, recv, count, dtype, op), "hvd_allreduce")
+
+
+def broadcast(buf: int, count: int, dtype: int, root: int) -> None:
+    _check(_fn("hvd_broadcast")(buf, count, dtype, root), "hvd_broadcast")
+
+
+def allgather(send: int, recv: int, count: int, dtype: int) -> None:
+    _check(_fn("hvd_allgather")(send, recv, count, dtype), "hvd_allgather")
+
+
+def join() -> int:
+    last = ctypes.c_int(-1)
+    _check(_fn("hvd_join")(ctypes.byref(last)), "hvd_join")
+    return last.value
+
+
+# --- The asynchronous engine: named operations, handles ------------------------------------
+def allreduce_async(name: str, send: int, recv: int, count: int, dtype: int, op: int, prescale: float,
+                    postscale: float) -> int:
+    h = _c_handle(0)
+    _check(_fn("hvd_allreduce_async")(_bname(name), send, recv, count, dtype, op, prescale, postscale,
+                                      ctypes.byref(h)), f"allreduce {name!r}")
+    return h.value
+
+
+def broadcast_async(name: str, buf: int, count: int, dtype: int, root: int) -> int:
+    h = _c_handle(0)
+    _check(_fn("hvd_broadcast_async")(_bname(name), buf, count, dtype, root, ctypes.byref(h)),
+           f"broadcast {name!r}")
+    return h.value
+
+
+def grouped_allreduce_async(name: str, sends: Sequence[int], recvs: Sequence[int], counts: Sequence[int],
+                            dtype: int, op: int, prescale: float, postscale: float) -> int:
+    n = len(sends)
+    s = (ctypes.c_void_p * n)(*sends)
+    r = (ctypes.c_void_p * n)(*recvs)
+    c = (ctypes.c_size_t * n)(*counts)
+    h = _c_handle(0)
+    _check(_fn("hvd_grouped_allreduce_async")(_bname(name), n, s, r, c, dtype, op, prescale, postscale,
+                                              ctypes.byref(h)), f"grouped allreduce {name!r}")
+    return h.value
+
+
+def allgatherv_async(name: str, send: int, rows: int, row_elems: int, dtype: int) -> int:
+    h = _c_handle(0)
+    _check(_fn("hvd_allgatherv_async")(_bname(name), send, rows, row_elems, dtype, ctypes.byref(h)),
+           f"allgather {name!r}")
+    return h.value
+
+
+def alltoall_async(name: str, send: int, rows: int, row_elems: int, splits: Optional[Sequence[int]],
+                   dtype: int) -> int:
+    sp = (ctypes.c_size_t * len(splits))(*splits) if splits is not None else None
+    h = _c_handle(0)
+    _check(_fn("hvd_alltoall_async")(_bname(name), send, rows, row_elems, sp, dtype, ctypes.byref(h)),
+           f"alltoall {name!r}")
+    return h.value
+
+
+def reducescatter_async(name: str, send: int, recv: int, rows: int, row_elems: int, dtype: int, op: int) -> int:
+    h = _c_handle(0)
+    _check(_fn("hvd_reducescatter_async")(_bname(name), send, recv, rows, row_elems, dtype, op, ctypes.byref(h)),
+           f"reducescatter {name!r}")
+    return h.value
+
+
+def poll(handle: int) -> int:
+    """1 finished, 0 pending, -1 unknown handle."""
+    return int(_fn("hvd_poll")(handle))
+
+
+def wait(handle: int, what: str) -> None:
+    _check(_fn("hvd_wait")(handle), what)
+
+
+def result_rows(handle: int, nranks: int, what: str) -> List[int]:
+    rows = (ctypes.c_size_t * nranks)()
+    _check(_fn("hvd_result_rows")(handle, rows), what)
+    return list(rows)
+
+
+def wait_result(handle: int, recv: int, what: str) -> None:
+    _check(_fn("hvd_wait_result")(handle, recv), what)

@@ -1,0 +1,1 @@
+"""Parts shared by hvdrun.torch and hvdrun.numpy (as horovod.common is)."""

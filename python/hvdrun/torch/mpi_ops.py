@@ -1,0 +1,621 @@
+"""Horovod's collective operations on torch tensors (horovod/torch/mpi_ops.py), on libhvdrun.
+
+Tensors go to libhvdrun by data pointer, without copies: an in-place call reduces the
+tensor's own memory, an out-of-place call writes straight into the new output tensor. CPU
+tensors go to the TCP ring, CUDA tensors to NCCL, both through libhvdrun's engine.
+
+Every operation is named (Horovod's "<op>.<name>", or "<op>.noname.<n>" when no name is
+given: unnamed operations must then be submitted in the same order on every rank). The
+*_async calls return an int handle; poll(handle) says whether it finished and
+synchronize(handle) waits and returns the output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from hvdrun import _capi
+from hvdrun._basics import (cross_rank, cross_size, cuda_built, gloo_built, init, is_homogeneous, is_initialized,
+                            local_rank, local_size, mpi_built, mpi_threads_supported, nccl_built, rank,
+                            require_init, shutdown, size)
+from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
+from hvdrun.torch.compression import Compression
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+    "is_homogeneous", "nccl_built", "cuda_built", "mpi_built", "gloo_built", "mpi_threads_supported",
+    "Average", "Sum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "poll", "synchronize", "join", "barrier", "HorovodInternalError",
+]
+
+# Reduction ops (ints, as Horovod's).
+Sum = _capi.OP_SUM
+Average = _capi.OP_AVERAGE
+Min = _capi.OP_MIN
+Max = _capi.OP_MAX
+Product = _capi.OP_PRODUCT
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
+
+_DTYPES: Dict[torch.dtype, int] = {
+    torch.int8: _capi.INT8, torch.uint8: _capi.UINT8, torch.int32: _capi.INT32, torch.int64: _capi.INT64,
+    torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16, torch.float32: _capi.FLOAT32,
+    torch.float64: _capi.FLOAT64,
+}
+
+
+class ProcessSet:
+    """Horovod's process set. hvdrun has one: every rank of the job (global_process_set)."""
+
+    process_set_id = 0
+
+    def size(self) -> int:
+        return size()
+
+    def rank(self) -> int:
+        return rank()
+
+    def included(self) -> bool:
+        return True
+
+    @property
+    def ranks(self) -> List[int]:
+        return list(range(size()))
+
+    def __repr__(self) -> str:
+        return "ProcessSet(process_set_id=0, global)"
+
+
+global_process_set = ProcessSet()
+
+
+def _check_process_set(ps: Any) -> None:
+    if ps is not None and ps is not global_process_set:
+        raise InvalidArgumentError("process sets other than hvd.global_process_set are not supported by hvdrun")
+
+
+def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    elif average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
+                      DeprecationWarning)
+        op = Average if average else Sum
+    else:
+        op = Average
+    if op not in _OP_NAMES:
+        raise InvalidArgumentError(f"op {op!r}: expected hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product")
+    return int(op)
+
+
+def _dtype_of(t: Any, what: str) -> int:
+    """The C dtype of `t`, after the checks every tensor passed to libhvdrun must pass."""
+    if not isinstance(t, torch.Tensor):
+        raise InvalidArgumentError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+    d = _DTYPES.get(t.dtype)
+    if d is None:
+        raise InvalidArgumentError(f"{what}: dtype {t.dtype} is not supported; expected one of "
+                                   + ", ".join(str(k).replace("torch.", "") for k in _DTYPES))
+    if t.layout != torch.strided:
+        raise InvalidArgumentError(f"{what}: a {t.layout} tensor is not supported; expected a dense tensor")
+    if not t.is_contiguous():
+        raise InvalidArgumentError(f"{what}: the tensor is not contiguous (shape {tuple(t.shape)}, "
+                                   f"strides {t.stride()}); pass tensor.contiguous()")
+    if t.device.type == "cuda":
+        if not _capi.cuda_built():
+            raise InvalidArgumentError(f"{what}: the tensor is on {t.device}, but this libhvdrun "
+                                       f"({_capi.library_path}) was built without CUDA; move it to the CPU or "
+                                       "install an hvdrun built with CUDA and NCCL")
+    elif t.device.type != "cpu":
+        raise InvalidArgumentError(f"{what}: tensors on {t.device.type} are not supported; expected cpu or cuda")
+    return d
+
+
+# --- Handles -----------------------------------------------------------------------------------
+class _Pending:
+    __slots__ = ("what", "c_handles", "keep", "finish")
+
+    def __init__(self, what: str, c_handles: List[int], keep: Tuple[Any, ...],
+                 finish: Callable[["_Pending"], Any]) -> None:
+        self.what = what
+        self.c_handles = c_handles
+        self.keep = keep  # the tensors libhvdrun reads or writes: alive until synchronize
+        self.finish = finish
+
+
+_lock = threading.Lock()
+_pending: Dict[int, _Pending] = {}
+_handle_ids = itertools.count(1)
+_noname_ids: Dict[str, "itertools.count[int]"] = {}
+
+
+def _op_name(kind: str, name: Optional[str]) -> str:
+    if name is not None:
+        return f"{kind}.{name}"
+    with _lock:
+        counter = _noname_ids.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def _register(p: _Pending) -> int:
+    with _lock:
+        h = next(_handle_ids)
+        _pending[h] = p
+    return h
+
+
+def _wait_all(p: _Pending) -> None:
+    """Waits every C handle of p (each is released even when an earlier one failed)."""
+    err: Optional[BaseException] = None
+    for c in p.c_handles:
+        try:
+            _capi.wait(c, p.what)
+        except HorovodInternalError as e:
+            err = err or e
+    if err is not None:
+        raise err
+
+
+def poll(handle: int) -> bool:
+    """Whether the asynchronous operation `handle` has finished (synchronize() then does
+    not block)."""
+    with _lock:
+        p = _pending.get(handle)
+    if p is None:
+        raise ValueError(f"poll: handle {handle} was not created or has been synchronized already")
+    for c in p.c_handles:
+        r = _capi.poll(c)
+        if r < 0:
+            raise HorovodInternalError(f"poll: libhvdrun does not know the handle of {p.what}")
+        if r == 0:
+            return False
+    return True
+
+
+def synchronize(handle: int) -> Any:
+    """Waits for the asynchronous operation `handle` and returns its output (as Horovod:
+    None for a handle already synchronized). Raises HorovodInternalError when it failed."""
+    with _lock:
+        p = _pending.pop(handle, None)
+    if p is None:
+        return None
+    return p.finish(p)
+
+
+# --- allreduce ---------------------------------------------------------------------------------
+def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
+                     prescale_factor: float, postscale_factor: float) -> int:
+    require_init()
+    d = _dtype_of(tensor, "allreduce")
+    full = _op_name("allreduce", name)
+    c = _capi.allreduce_async(full, tensor.data_ptr(), output.data_ptr(), tensor.numel(), d, op,
+                              float(prescale_factor), float(postscale_factor))
+
+    def finish(p: _Pending) -> torch.Tensor:
+        _wait_all(p)
+        return output
+
+    return _register(_Pending(f"allreduce {full!r}", [c], (tensor, output), finish))
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing `tensor` across ranks into a new tensor; synchronize(handle) returns it."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    _dtype_of(tensor, "allreduce_async")
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing `tensor` across ranks in place; synchronize(handle) returns it."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
+                postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
+        return allreduce(grad_output.contiguous(), op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor), None, None, None, None
+
+
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: Any = Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """The reduction of `tensor` across ranks (op: Average by default), as a new tensor.
+    Differentiable: the gradient is reduced the same way. `compression` (Compression.fp16)
+    reduces a compressed copy and returns it decompressed."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    compressed, cctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, cctx)
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces `tensor` across ranks in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
+
+
+# --- grouped allreduce -------------------------------------------------------------------------
+def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                             name: Optional[str], op: int, prescale_factor: float,
+                             postscale_factor: float) -> int:
+    require_init()
+    if len(tensors) == 0:
+        raise InvalidArgumentError("grouped_allreduce: the list of tensors is empty")
+    dtypes = [_dtype_of(t, "grouped_allreduce") for t in tensors]
+    full = _op_name("grouped_allreduce", name)
+    # libhvdrun groups tensors of one dtype on one kind of memory: a mixed list becomes one
+    # group per (dtype, device), named after it, submitted in a fixed order on every rank.
+    parts: Dict[Tuple[int, str], List[int]] = {}
+    for i, (t, d) in enumerate(zip(tensors, dtypes)):
+        parts.setdefault((d, str(t.device)), []).append(i)
+    c_handles: List[int] = []
+    try:
+        for (d, dev), idx in sorted(parts.items()):
+            part_name = full if len(parts) == 1 else f"{full}.{_capi.DTYPE_NAMES[d]}.{dev}"
+            c_handles.append(_capi.grouped_allreduce_async(
+                part_name, [tensors[i].data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
+                [tensors[i].numel() for i in idx], d, op, float(prescale_factor), float(postscale_factor)))
+    except HorovodInternalError:
+        for c in c_handles:
+            try:
+                _capi.wait(c, full)
+            except HorovodInternalError:
+                pass
+        raise
+    outs = list(outputs)
+
+    def finish(p: _Pending) -> List[torch.Tensor]:
+        _wait_all(p)
+        return outs
+
+    return _register(_Pending(f"grouped allreduce {full!r}", c_handles, (tuple(tensors), tuple(outputs)), finish))
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a list of tensors as one operation; synchronize returns new tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    for t in tensors:
+        _dtype_of(t, "grouped_allreduce_async")
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a list of tensors in place as one operation."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, name: Optional[str], op: int, prescale_factor: float, postscale_factor: float,
+                *tensors: torch.Tensor) -> Any:  # type: ignore[override]
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
+                                                         prescale_factor=prescale_factor,
+                                                         postscale_factor=postscale_factor)))
+
+    @staticmethod
+    def backward(ctx: Any, *grad_output: torch.Tensor) -> Any:  # type: ignore[override]
+        grads = grouped_allreduce([g.contiguous() for g in grad_output], op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor)
+        return (None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
+                      compression: Any = Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """The reductions of a list of tensors, negotiated and completed as one operation."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors in place, as one operation, and returns them."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+# --- allgather ---------------------------------------------------------------------------------
+def _rows(tensor: torch.Tensor) -> Tuple[int, int]:
+    rows = tensor.shape[0]
+    return rows, (tensor.numel() // rows if rows else _prod(tensor.shape[1:]))
+
+
+def _prod(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _finish_with_rows(p: _Pending, make_output: Callable[[List[int]], torch.Tensor]) -> Any:
+    """For outputs the other ranks size: reads the rows per rank, allocates, copies out."""
+    c = p.c_handles[0]
+    try:
+        rows = _capi.result_rows(c, size(), p.what)
+    except HorovodInternalError:
+        try:
+            _capi.wait(c, p.what)  # releases the handle
+        except HorovodInternalError:
+            pass
+        raise
+    out = make_output(rows)
+    _capi.wait_result(c, out.data_ptr(), p.what)
+    return out, rows
+
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts gathering every rank's `tensor` along the first dimension (which may differ
+    between ranks; the other dimensions may not)."""
+    require_init()
+    _check_process_set(process_set)
+    d = _dtype_of(tensor, "allgather")
+    if tensor.dim() == 0:
+        raise InvalidArgumentError("allgather: the tensor needs at least one dimension")
+    full = _op_name("allgather", name)
+    rows, row_elems = _rows(tensor)
+    c = _capi.allgatherv_async(full, tensor.data_ptr(), rows, row_elems, d)
+    tail = tuple(tensor.shape[1:])
+
+    def finish(p: _Pending) -> torch.Tensor:
+        out, _ = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail))
+        return out
+
+    return _register(_Pending(f"allgather {full!r}", [c], (tensor,), finish))
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:  # type: ignore[override]
+        ctx.dim = tensor.shape[0]
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
+        offset = int(dims[:rank()].sum().item())
+        return grad_reduced.narrow(0, offset, ctx.dim), None
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Every rank's `tensor` concatenated along the first dimension, by rank."""
+    _check_process_set(process_set)
+    return HorovodAllgather.apply(tensor, name)
+
+
+# --- broadcast ---------------------------------------------------------------------------------
+def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str]) -> int:
+    require_init()
+    d = _dtype_of(tensor, "broadcast")
+    root = int(root_rank)
+    if not 0 <= root < size():
+        raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not a rank of this job (0..{size() - 1})")
+    full = _op_name("broadcast", name)
+    if output is not tensor:
+        output.copy_(tensor)
+    c = _capi.broadcast_async(full, output.data_ptr(), output.numel(), d, root)
+
+    def finish(p: _Pending) -> torch.Tensor:
+        _wait_all(p)
+        return output
+
+    return _register(_Pending(f"broadcast {full!r}", [c], (tensor, output), finish))
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts broadcasting root_rank's `tensor` into a new tensor."""
+    _check_process_set(process_set)
+    _dtype_of(tensor, "broadcast_async")
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts broadcasting root_rank's `tensor` into `tensor` on every rank, in place."""
+    _check_process_set(process_set)
+    return _broadcast_async(tensor, tensor, root_rank, name)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:  # type: ignore[override]
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average)
+        if rank() != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """root_rank's `tensor`, as a new tensor on every rank."""
+    _check_process_set(process_set)
+    return HorovodBroadcast.apply(tensor, root_rank, name)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Overwrites `tensor` with root_rank's, in place, and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# --- alltoall ----------------------------------------------------------------------------------
+def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Sequence[int]]] = None,
+                   name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> int:
+    """Starts an alltoall: the first dimension of `tensor` is cut into size() blocks (of
+    `splits[r]` rows, or equal blocks when splits is None) and block r goes to rank r.
+    synchronize(handle) returns (output, received_splits)."""
+    require_init()
+    _check_process_set(process_set)
+    d = _dtype_of(tensor, "alltoall")
+    if tensor.dim() == 0:
+        raise InvalidArgumentError("alltoall: the tensor needs at least one dimension")
+    rows, row_elems = _rows(tensor)
+    n = size()
+    split_list: Optional[List[int]] = None
+    if splits is not None:
+        split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        if len(split_list) != n or any(s < 0 for s in split_list) or sum(split_list) != rows:
+            raise InvalidArgumentError(f"alltoall: splits {split_list} must be {n} non-negative row counts "
+                                       f"adding up to the tensor's first dimension ({rows})")
+    elif rows % n:
+        raise InvalidArgumentError(f"alltoall: without splits the first dimension ({rows}) must be a multiple "
+                                   f"of size() ({n})")
+    full = _op_name("alltoall", name)
+    c = _capi.alltoall_async(full, tensor.data_ptr(), rows, row_elems, split_list, d)
+    tail = tuple(tensor.shape[1:])
+
+    def finish(p: _Pending) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, recv_rows = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail))
+        return out, torch.tensor(recv_rows, dtype=torch.int32)
+
+    return _register(_Pending(f"alltoall {full!r}", [c], (tensor,), finish))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Optional[str]) -> Any:  # type: ignore[override]
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name))
+        ctx.recvsplits = received_splits
+        ctx.has_splits = splits is not None
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor, *rest: Any) -> Any:  # type: ignore[override]
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.recvsplits))
+        return grad, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Sequence[int]]] = None,
+             name: Optional[str] = None, process_set: ProcessSet = global_process_set) -> Any:
+    """Scatters blocks of `tensor`'s first dimension to the ranks and gathers the blocks
+    they send here, by rank. Returns the output, and with `splits` given also the rows
+    received from each rank (received_splits, int32)."""
+    _check_process_set(process_set)
+    return HorovodAlltoall.apply(tensor, splits, name)
+
+
+# --- reducescatter -----------------------------------------------------------------------------
+def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter: `tensor` is reduced across ranks and its first dimension
+    split among them, rank r getting rows/size() rows, one more when r < rows % size()."""
+    require_init()
+    _check_process_set(process_set)
+    d = _dtype_of(tensor, "reducescatter")
+    if op not in _OP_NAMES:
+        raise InvalidArgumentError(f"reducescatter: op {op!r}: expected hvd.Average or hvd.Sum")
+    if tensor.dim() == 0:
+        raise InvalidArgumentError("reducescatter: the tensor needs at least one dimension")
+    src = tensor * prescale_factor if prescale_factor != 1.0 else tensor
+    rows, row_elems = _rows(src)
+    n, r = size(), rank()
+    mine = rows // n + (1 if r < rows % n else 0)
+    output = tensor.new_empty((mine,) + tuple(tensor.shape[1:]))
+    full = _op_name("reducescatter", name)
+    c = _capi.reducescatter_async(full, src.data_ptr(), output.data_ptr(), rows, row_elems, d, int(op))
+
+    def finish(p: _Pending) -> torch.Tensor:
+        _wait_all(p)
+        if postscale_factor != 1.0:
+            output.mul_(postscale_factor)
+        return output
+
+    return _register(_Pending(f"reducescatter {full!r}", [c], (tensor, src, output), finish))
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
+                postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
+        return synchronize(reducescatter_async(tensor, op, name, prescale_factor=prescale_factor,
+                                               postscale_factor=postscale_factor))
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
+        grad = allgather(grad_output.contiguous())
+        scale = ctx.scale / size() if ctx.op == Average else ctx.scale
+        if scale != 1.0:
+            grad = grad * scale
+        return grad, None, None, None, None
+
+
+def reducescatter(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,
+                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """This rank's share of the reduction of `tensor` across ranks (see reducescatter_async)."""
+    _check_process_set(process_set)
+    return HorovodReducescatter.apply(tensor, name, op, prescale_factor, postscale_factor)
+
+
+# --- join, barrier -----------------------------------------------------------------------------
+def join(device: int = -1) -> int:
+    """This rank has run out of data: until every rank has joined it takes part in the
+    others' allreduces with zeros (an Average still divides by size()). Returns the rank
+    that joined last. `device` is accepted for Horovod's signature; libhvdrun needs none."""
+    require_init()
+    return _capi.join()
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns when every rank has called barrier()."""
+    require_init()
+    _check_process_set(process_set)
+    _capi.barrier()
+

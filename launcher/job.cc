@@ -34,6 +34,7 @@
 #include "launcher/remote_host.h"
 #include "launcher/starter.h"
 #include "launcher/log_sink.h"
+#include "launcher/horovod_compat.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
@@ -170,6 +171,21 @@ int run_job(const LaunchOptions& opts, char** envp) {
     auto e = resolve_program(opts.command[0], first_env.count("PATH") ? first_env.at("PATH") : "");
     if (!e) return fail(e.error());
     exe = *e;
+  }
+
+  // --horovod-compat: the shim first on PYTHONPATH, unless the workers' Python has a real Horovod.
+  if (opts.horovod_compat) {
+    std::string shim = horovod_compat_dir_for(self_exe());
+    if (auto ok = check_horovod_compat_dir(shim); !ok) return fail(ok.error());
+    auto probe_env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
+    auto real = real_horovod_location(probe_python(opts.command), probe_env, shim, opts.start_timeout);
+    if (!real) return fail(real.error());
+    if (real->empty()) {
+      base.python_path_prepend = shim;
+    } else {
+      std::fprintf(stderr, "hvdrun: --horovod-compat: a real Horovod is importable (%s); the workers use it, "
+                   "not hvdrun's shim\n", real->c_str());
+    }
   }
 
   // The watchdog is forked before any thread or connection of ours exists.

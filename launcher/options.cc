@@ -108,6 +108,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
       ->type_name("LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_flag("--dry-run", o.dry_run, "Print the plan, one JSON object per rank, and start nothing");
+  app.add_flag("--horovod-compat", o.horovod_compat,
+               "Put a 'horovod' package first on the workers' PYTHONPATH (horovod.torch = hvdrun.torch), "
+               "unless a real Horovod is importable");
   bool help_env = false;
   app.add_flag("--help-env", help_env, "List every environment variable hvdrun and libhvdrun read or set, and exit");
 

@@ -30,6 +30,7 @@ struct LaunchOptions {
   bool verbose = false;
   std::string log_level;
   bool dry_run = false;
+  bool horovod_compat = false;  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
   int rendezvous_port = 0;
   std::vector<std::string> command;
 };

@@ -92,6 +92,11 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     set("GLOO_SOCKET_IFNAME", job.iface);
   }
   if (!job.nccl_debug.empty()) set("NCCL_DEBUG", job.nccl_debug);
+  if (!job.python_path_prepend.empty()) {
+    auto it = env.find("PYTHONPATH");
+    set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_path_prepend
+                                                              : job.python_path_prepend + ":" + it->second);
+  }
   return env;
 }
 

@@ -21,6 +21,7 @@ struct JobEnv {
   std::string iface;
   std::string nccl_debug;
   double start_timeout = 30;
+  std::string python_path_prepend;  // --horovod-compat: put first on PYTHONPATH (after -x)
 };
 
 // One `-x NAME[=VALUE]`, already validated.

@@ -35,6 +35,16 @@ TEST(Options, HierarchicalFlagsSetTheWorkersVariablesAheadOfDashX) {
   EXPECT_TRUE(r->options.env.empty());
 }
 
+TEST(Options, HorovodCompatIsOffByDefault) {
+  auto r = parse({"-np", "2", "python3", "train.py"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->options.horovod_compat);
+  r = parse({"-np", "2", "--horovod-compat", "python3", "train.py", "--horovod-compat"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->options.horovod_compat);
+  EXPECT_EQ(r->options.command, (std::vector<std::string>{"python3", "train.py", "--horovod-compat"}));
+}
+
 TEST(Options, DoubleDashAndDefaults) {
   auto r = parse({"-np", "2", "--", "-weird", "x"});
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -54,6 +54,20 @@ TEST(WorkerEnv, NcclDebugIsLeftAloneUnlessAsked) {
   EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
 }
 
+TEST(WorkerEnv, HorovodCompatShimGoesFirstOnPythonPath) {
+  RankInfo r{0, 1, 0, 1, 0, 1, 0, "localhost"};
+  JobEnv job;
+  EXPECT_EQ(build_worker_env({{"PYTHONPATH", "/a"}}, {}, job, r, 0)["PYTHONPATH"], "/a");  // off: untouched
+  EXPECT_EQ(build_worker_env({}, {}, job, r, 0).count("PYTHONPATH"), 0u);
+  job.python_path_prepend = "/p/share/hvdrun/horovod-compat";
+  EXPECT_EQ(build_worker_env({}, {}, job, r, 0)["PYTHONPATH"], "/p/share/hvdrun/horovod-compat");
+  EXPECT_EQ(build_worker_env({{"PYTHONPATH", "/a"}}, {}, job, r, 0)["PYTHONPATH"],
+            "/p/share/hvdrun/horovod-compat:/a");
+  // Even before a PYTHONPATH given with -x.
+  EXPECT_EQ(build_worker_env({{"PYTHONPATH", "/a"}}, {{"PYTHONPATH", "/x"}}, job, r, 0)["PYTHONPATH"],
+            "/p/share/hvdrun/horovod-compat:/x");
+}
+
 TEST(WorkerEnv, EnvOverrides) {
   std::map<std::string, std::string> launcher{{"A", "1"}};
   auto r = parse_env_overrides({"A", "B=2", "C="}, launcher);

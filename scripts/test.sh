@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2)
+# The Python package (hvdrun.torch, hvdrun.numpy): pytest on Debian's python3-torch and on
+# PyTorch 2.x from PyPI in a cached venv, against cmake-installed and pip-installed hvdrun.
+scripts/test-python.sh
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
   # "process" = the real hvdrun with real workers, "gpu" = device collectives (skipped

@@ -1,7 +1,10 @@
-// The stream between hvdrun and its agent on a remote host (over an SSH channel's stdin and
-// stdout): frames of u32 length (big-endian, counting type and payload) | u8 type | payload.
+// The stream between hvdrun and its agent on a remote host (the agent's stdin and stdout
+// through SSH or a launch command, or a TCP connection the agent made back to hvdrun when
+// srun started it): frames of u32 length (big-endian, counting type and payload) | u8 type
+// | payload. The JSON payloads are in agent_messages.h.
 //
-//   agent -> hvdrun: kHello (JSON: what the host sees of the connection), kReady,
+//   agent -> hvdrun: kAttach (only on a connection it dialed, first: the job's token, its
+//                    task and node), kHello (JSON: its node, network stack and addresses), kReady,
 //                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
@@ -11,7 +14,7 @@
 //                    hears nothing for the time-out takes the other for gone (a network
 //                    partition sends no FIN)
 //
-// Closing hvdrun's side (EOF on the agent's stdin) ends the workers on that host. The job
+// Closing hvdrun's side (EOF on the agent's stream) ends the workers on that host. The job
 // description, environment and secret travel only here, never on a command line.
 #pragma once
 

@@ -848,10 +848,13 @@ void Engine::execute(std::vector<Response>& responses) {
       for (auto c : s.counts) b += c * dtype_size(static_cast<hvd_dtype_t>(s.dtype));
       return b;
     };
-    if (fusable(r) && opts_.fusion_bytes > 0 && bytes_of(r.spec) <= opts_.fusion_bytes) {
+    // A tensor of 1 MiB or more gains nothing from fusion but two copies: it goes alone.
+    constexpr size_t kFuseBelow = 1 << 20;
+    if (fusable(r) && opts_.fusion_bytes > 0 && bytes_of(r.spec) <= opts_.fusion_bytes && bytes_of(r.spec) < kFuseBelow) {
       std::vector<Response*> batch{&r};
       size_t total = bytes_of(r.spec), j = i + 1;
-      while (j < nresp && fusable(responses[j]) && responses[j].spec.dtype == r.spec.dtype &&
+      while (j < nresp && fusable(responses[j]) && bytes_of(responses[j].spec) < kFuseBelow &&
+             responses[j].spec.dtype == r.spec.dtype &&
              reduce_of(responses[j].spec) == reduce_of(r.spec) && total + bytes_of(responses[j].spec) <= opts_.fusion_bytes) {
         total += bytes_of(responses[j].spec);
         batch.push_back(&responses[j]);

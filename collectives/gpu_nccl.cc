@@ -49,7 +49,7 @@ ncclRedOp_t nccl_op(hvd_op_t op) {
 class NcclCollectives : public GpuCollectives {
  public:
   NcclCollectives(const GpuSetup& s, int device, ncclComm_t comm, cudaStream_t stream)
-      : rank_(s.rank), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
+      : rank_(s.rank), size_(s.size), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
 
   ~NcclCollectives() override {
     if (comm_) {
@@ -86,7 +86,119 @@ class NcclCollectives : public GpuCollectives {
     return finish("hvd_allgather", r);
   }
 
+  // Prescale and postscale fold into one NCCL pre-multiplied sum (sum(f x_i) = f sum(x_i)),
+  // with 1/size for an average: exact for SUM and AVERAGE; other reductions with scales
+  // are not supported on the device.
+  Status allreduce_scaled(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op, double prescale,
+                          double postscale) override {
+    if (prescale == 1 && postscale == 1) return allreduce(send, recv, count, dtype, op);
+    if (op != HVD_OP_SUM && op != HVD_OP_AVERAGE)
+      return unsupported(std::string("prescale/postscale with ") + op_name(op) + " on device memory");
+    if (auto s = ready("hvd_allreduce_async"); !s) return s;
+    double f = prescale * postscale / (op == HVD_OP_AVERAGE ? size_ : 1);
+    float f32 = static_cast<float>(f);
+    uint16_t f16 = dtype == HVD_FLOAT16 ? float_to_half(f32) : float_to_bf16(f32);
+    const void* scalar = dtype == HVD_FLOAT64 ? static_cast<const void*>(&f)
+                         : dtype == HVD_FLOAT32 ? static_cast<const void*>(&f32)
+                                                : static_cast<const void*>(&f16);
+    ncclRedOp_t pre_mul;
+    if (ncclResult_t r = ncclRedOpCreatePreMulSum(&pre_mul, const_cast<void*>(scalar), nccl_dtype(dtype),
+                                                  ncclScalarHostImmediate, comm_);
+        r != ncclSuccess)
+      return nccl_error("ncclRedOpCreatePreMulSum", r, comm_);
+    ncclResult_t r = ncclAllReduce(send, recv, count, nccl_dtype(dtype), pre_mul, comm_, stream_);
+    Status st = finish("hvd_allreduce_async", r);
+    if (comm_) ncclRedOpDestroy(pre_mul, comm_);
+    return st;
+  }
+
+  Status allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes, std::vector<char>* kept) override {
+    if (auto s = ready("hvd_allgatherv"); !s) return s;
+    size_t total = 0;
+    std::vector<size_t> off;
+    for (auto b : bytes) {
+      off.push_back(total);
+      total += b;
+    }
+    DeviceBuffer tmp;
+    char* out = static_cast<char*>(recv);
+    if (!out) {
+      if (auto s = tmp.alloc(total); !s) return s;
+      out = tmp.p;
+    }
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < size_ && r == ncclSuccess; ++p)
+      r = ncclBroadcast(p == rank_ ? send : out + off[p], out + off[p], bytes[p], ncclChar, p, comm_, stream_);
+    ncclResult_t e = ncclGroupEnd();
+    if (auto s = finish("hvd_allgatherv", r != ncclSuccess ? r : e); !s) return s;
+    if (!recv) return to_host(out, total, kept);
+    return {};
+  }
+
+  Status alltoallv(const void* send, const std::vector<size_t>& bytes, int me, std::vector<char>* kept) override {
+    if (auto s = ready("hvd_alltoall"); !s) return s;
+    size_t in_total = 0;
+    std::vector<size_t> roff(size_), soff(size_);
+    size_t so = 0;
+    for (int p = 0; p < size_; ++p) {
+      roff[p] = in_total;
+      in_total += bytes[static_cast<size_t>(p) * size_ + me];
+      soff[p] = so;
+      so += bytes[static_cast<size_t>(me) * size_ + p];
+    }
+    DeviceBuffer tmp;
+    if (auto s = tmp.alloc(in_total); !s) return s;
+    ncclResult_t r = ncclGroupStart();
+    for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
+      size_t out_b = bytes[static_cast<size_t>(me) * size_ + p], in_b = bytes[static_cast<size_t>(p) * size_ + me];
+      if (out_b) r = ncclSend(static_cast<const char*>(send) + soff[p], out_b, ncclChar, p, comm_, stream_);
+      if (r == ncclSuccess && in_b) r = ncclRecv(tmp.p + roff[p], in_b, ncclChar, p, comm_, stream_);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (auto s = finish("hvd_alltoall", r != ncclSuccess ? r : e); !s) return s;
+    return to_host(tmp.p, in_total, kept);
+  }
+
+  // Horovod's uneven split: a full allreduce into a scratch buffer, then this rank's rows.
+  Status reducescatter(const void* send, void* recv, size_t count, size_t first, size_t mine, hvd_dtype_t dtype,
+                       hvd_op_t op) override {
+    if (auto s = ready("hvd_reducescatter"); !s) return s;
+    const size_t es = dtype_size(dtype);
+    DeviceBuffer tmp;
+    if (auto s = tmp.alloc(count * es); !s) return s;
+    ncclResult_t r = ncclAllReduce(send, tmp.p, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
+    if (r == ncclSuccess && mine)
+      HVDRUN_CUDA_TRY("hvd_reducescatter: cudaMemcpyAsync",
+                      cudaMemcpyAsync(recv, tmp.p + first * es, mine * es, cudaMemcpyDeviceToDevice, stream_));
+    return finish("hvd_reducescatter", r);
+  }
+
+  Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (auto s = ready("hvd_wait_result"); !s) return s;
+    HVDRUN_CUDA_TRY("hvd_wait_result: cudaMemcpy", cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return {};
+  }
+
  private:
+  struct DeviceBuffer {
+    char* p = nullptr;
+    Status alloc(size_t bytes) {
+      void* q = nullptr;
+      if (cudaError_t e = cudaMalloc(&q, bytes ? bytes : 1); e != cudaSuccess) return cuda_error("cudaMalloc", e);
+      p = static_cast<char*>(q);
+      return {};
+    }
+    ~DeviceBuffer() {
+      if (p) cudaFree(p);
+    }
+  };
+
+  Status to_host(const char* dev, size_t bytes, std::vector<char>* kept) {
+    kept->resize(bytes);
+    if (bytes) HVDRUN_CUDA_TRY("cudaMemcpy to host", cudaMemcpy(kept->data(), dev, bytes, cudaMemcpyDeviceToHost));
+    return {};
+  }
+
   Status ready(const char* what) {
     if (broken_) return Error{std::string(what) + ": the NCCL communicator was aborted: " + broken_reason_, HVD_ERR_NCCL};
     // The caller may have another device current on this thread.
@@ -130,7 +242,7 @@ class NcclCollectives : public GpuCollectives {
     return e;
   }
 
-  int rank_, device_;
+  int rank_, size_, device_;
   double timeout_s_;
   std::function<void(const std::string&)> on_fatal_;
   ncclComm_t comm_;

@@ -59,14 +59,14 @@ Result<double> parse_double(std::string_view s, std::string_view what, double mi
   return v;
 }
 
-std::string printable(std::string_view s, size_t max) {
+std::string printable(std::string_view s, size_t max, bool keep_backslash) {
   static const char* digits = "0123456789abcdef";
   std::string out;
   size_t n = std::min(s.size(), max);
   out.reserve(n + 8);
   for (size_t i = 0; i < n; ++i) {
     auto c = static_cast<unsigned char>(s[i]);
-    if (c == '\\') {
+    if (c == '\\' && !keep_backslash) {
       out += "\\\\";
     } else if (c >= 0x20 && c < 0x7f) {
       out.push_back(static_cast<char>(c));

@@ -20,8 +20,9 @@ Result<long long> parse_int(std::string_view s, std::string_view what, long long
 Result<double> parse_double(std::string_view s, std::string_view what, double min, double max);
 
 // `s` fit for a terminal and a one-line error: bytes outside printable ASCII become \xNN
-// (a backslash becomes \\), and more than `max` bytes end in "...".
-std::string printable(std::string_view s, size_t max = 80);
+// (a backslash becomes \\ unless `keep_backslash`: for text already quoted), and more
+// than `max` bytes end in "...".
+std::string printable(std::string_view s, size_t max = 80, bool keep_backslash = false);
 
 std::string to_hex(const void* data, size_t len);
 Result<std::string> from_hex(std::string_view hex);

@@ -116,7 +116,8 @@ struct Server::Impl {
   void arm_log_flush();
   // A warning, rate-limited per kind (the message without the peer).
   void warn(const std::string& kind, const std::string& line) {
-    log_limiter.log(kind, line, LogLimiter::Clock::now(),
+    // Keys and host names come from workers: their bytes never reach the terminal raw.
+    log_limiter.log(printable(kind, 256, true), printable(line, 1024, true), LogLimiter::Clock::now(),
                     [](const std::string& l) { spdlog::warn("rendezvous: {}", l); });
   }
   // Stores key = value within the store's bounds; an error names the bound.

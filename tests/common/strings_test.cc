@@ -43,6 +43,7 @@ TEST(Strings, PrintableQuotesUnprintableBytesAndTruncates) {
   EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
   EXPECT_EQ(printable("\x1b[2J\xef\xbb\xbf\\"), "\\x1b[2J\\xef\\xbb\\xbf\\\\");
   EXPECT_EQ(printable("abcdef", 3), "abc...");
+  EXPECT_EQ(printable("\\x1b\x1b", 80, /*keep_backslash=*/true), "\\x1b\\x1b");
 }
 
 }  // namespace hvdrun

@@ -670,4 +670,17 @@ TEST(RendezvousServer, AcceptBacksOffWhenOutOfDescriptors) {
   server_still_serves(f);
 }
 
+// What workers send (keys, host names) reaches hvdrun's terminal only quoted.
+TEST(RendezvousServer, WorkerBytesInWarningsAreQuoted) {
+  LogCapture log;
+  Fixture f(1);
+  Client d = f.connect();
+  ASSERT_TRUE(d.set(std::string("\x1b[2J", 4), "x").ok());
+  EXPECT_FALSE(d.add(std::string("\x1b[2J", 4), 1).ok());
+  f.server.reset();
+  std::string all = log.out.str();
+  EXPECT_EQ(all.find('\x1b'), std::string::npos) << all;
+  EXPECT_NE(all.find("key '\\x1b[2J' holds 'x'"), std::string::npos) << all;
+}
+
 }  // namespace hvdrun::rdv

@@ -127,7 +127,7 @@ Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len
   spec.recv_window = window;
   spec.on_recv_direct = on_recv_direct;
   spec.direct_unit = unit;
-  auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us);
+  auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us, opts_.spin_yields);
   if (!s)
     return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
                       s.error().kind});

@@ -19,6 +19,7 @@ namespace hvdrun {
 struct RingOptions {
   double timeout_s = 60;          // HVDRUN_TIMEOUT
   int spin_us = 50;                   // HVDRUN_SPIN_US
+  bool spin_yields = true;            // false: this rank has a core of its own (bound, not oversubscribed)
   size_t segment_bytes = 256 << 10;   // HVDRUN_SEGMENT_BYTES
   size_t small_bytes = 64 << 10;     // allreduces up to this size take the one-pass path
 };

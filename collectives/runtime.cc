@@ -1,5 +1,7 @@
 #include "collectives/runtime.h"
 
+#include <sched.h>
+
 #include <thread>
 
 #include "collectives/dtype.h"
@@ -132,18 +134,30 @@ Status Runtime::init() {
   return {};
 }
 
-// HVDRUN_SPIN_US, where "auto" spins long only when this host's ranks fit its cores: a
-// spinning rank must never keep the peer it waits for off the CPU.
+// HVDRUN_SPIN_US; "auto": 20 ms. Past the spin a rank sleeps on a futex or in poll().
 int spin_microseconds(int local_ranks) {
+  (void)local_ranks;
   std::string v = tunable_string("HVDRUN_SPIN_US");
-  if (v == "auto") return local_ranks <= static_cast<int>(std::thread::hardware_concurrency()) ? 1000 : 50;
+  if (v == "auto") return 20000;
   return static_cast<int>(tunable_int("HVDRUN_SPIN_US"));
+}
+
+// A rank spins without yielding only when it has a core of its own: bound to one CPU (by
+// mpirun-style binding, taskset, a batch system) and this host's ranks fit its cores.
+// Otherwise the spin yields at each turn, so that it never keeps the peer it waits for off
+// the CPU (as Open MPI's progress loop does when oversubscribed).
+bool spin_yields(int local_ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return true;
+  return !(CPU_COUNT(&set) == 1 && local_ranks <= static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 Status Runtime::connect_ring() {
   RingOptions ro;
   ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
   ro.spin_us = spin_microseconds(view_.local_size);
+  ro.spin_yields = spin_yields(view_.local_size);
   ro.segment_bytes = static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SEGMENT_BYTES")));
   if (view_.size == 1) {
     ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);

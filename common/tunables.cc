@@ -33,8 +33,8 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},
     {"HVDRUN_SPIN_US", "auto", TunableUse::kWorker,
-     "Microseconds a rank polls its sockets before it blocks in poll(); "
-     "auto: 1000 when this host's ranks fit its cores, else 50."},
+     "Microseconds a rank polls its peers before it sleeps (futex or poll()); auto: 20000. The spin "
+     "yields the core at each turn unless the rank is bound to one CPU and this host's ranks fit its cores."},
     {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
      "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
     {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,

@@ -33,7 +33,11 @@ mpicc -O2 -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
 export OMPI_MCA_plm_rsh_agent=
 echo "load before: $(uptime)"
 
-# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does.
+# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does. mpirun binds
+# each rank to a core by default (local rank modulo the cores when oversubscribed, as here);
+# hvdrun does not bind, so the script binds its ranks the same way with taskset (BIND=0: not).
+NCPU=$(nproc)
+BIND=${BIND:-1}
 hvdrun_bench() {  # np, then env assignments
   local np=$1
   shift
@@ -43,7 +47,9 @@ hvdrun_bench() {  # np, then env assignments
     ((b <= MAX && e >= MIN)) || continue
     ((b < MIN)) && b=$MIN
     ((e > MAX)) && e=$MAX
-    env "$@" "$B"/cli/hvdrun -np "$np" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
+    local bind=()
+    [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((HOROVOD_LOCAL_RANK % '"$NCPU"')) "$0" "$@"')
+    env "$@" "$B"/cli/hvdrun -np "$np" "${bind[@]}" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
       awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
   done
 }
@@ -83,7 +89,7 @@ if [ "$CLUSTER" = 1 ] && [ "$(id -u)" = 0 ]; then
 fi
 echo "load after: $(uptime)"
 
-python3 - "$OUT" "$PNG" "$RANKS" <<'PY'
+/usr/bin/python3 - "$OUT" "$PNG" "$RANKS" <<'PY'
 import collections, os, statistics, sys
 d, png, ranks = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split()]
 tools = [("hvdrun_shm", "hvdrun shm"), ("ompi_vader", "ompi vader"), ("hvdrun_tcp", "hvdrun tcp"),

@@ -174,9 +174,10 @@ Status check_alive(Pair& p) {
 
 constexpr auto kLivenessSlice = std::chrono::milliseconds(20);
 
+
 }  // namespace
 
-Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, int spin_us) {
+Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, int spin_us, bool spin_yields) {
   size_t sent = 0, received = 0, notified = 0;
   auto last_progress = Clock::now();
   auto spin = std::chrono::microseconds(spin_us);
@@ -268,11 +269,11 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       continue;
     }
     if (now - last_progress < spin) {
-      // A short, bounded spin before blocking. The spin yields the core at each turn (as Open
-      // MPI does when oversubscribed): with a free core that costs a fraction of a
-      // microsecond, and when the peer waits for one (more ranks or other work than cores)
-      // it runs instead of us burning its time slice.
-      sched_yield();
+      // A bounded spin before blocking. Unless this rank has a core of its own, the spin
+      // yields the core at each turn (as Open MPI does when oversubscribed): when the peer
+      // waits for a core (more ranks or other work than cores) it runs instead of us
+      // burning its time slice.
+      if (spin_yields) sched_yield();
       continue;
     }
     if (now - last_progress > timeout) {

@@ -102,6 +102,7 @@ struct TransferSpec {
   size_t direct_unit = 1;
 };
 
-Status transfer(Pair* out, Pair* in, const TransferSpec& spec, double timeout_s, int spin_us);
+// `spin_yields`: sched_yield() at each turn of the spin (a rank without a core of its own).
+Status transfer(Pair* out, Pair* in, const TransferSpec& spec, double timeout_s, int spin_us, bool spin_yields = true);
 
 }  // namespace hvdrun::transport

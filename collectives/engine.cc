@@ -44,6 +44,7 @@
 
 #include "collectives/dtype.h"
 #include "collectives/gpu.h"
+#include "collectives/reduce_kernels.h"
 #include "collectives/ring.h"
 #include "collectives/timeline.h"
 
@@ -115,6 +116,15 @@ struct Reader {
     pos += n;
     return s;
   }
+  std::string bytes(size_t n) {
+    if (!ok || pos + n > in.size()) {
+      ok = false;
+      return {};
+    }
+    std::string s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
   std::vector<uint64_t> u64s() {
     uint32_t n = get<uint32_t>();
     if (!ok || pos + 8ull * n > in.size()) {
@@ -159,12 +169,13 @@ Spec get_spec(Reader& r) {
 
 constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
 
-struct Message {
-  uint8_t flags = 0;
-  std::vector<uint64_t> bits;
-  std::vector<std::string> invalid;
-  std::vector<Spec> specs;
-};
+
+// Small cached allreduces travel with the negotiation itself: a rank appends the data
+// (prescaled) of each pending cached host allreduce up to kEagerTensor bytes, in cache-id
+// order while the total stays within kEagerTotal. When every rank has sent a name's bit and
+// its data, every rank reduces the contributions in rank order and is done: one exchange
+// instead of negotiation plus transfer, and bitwise the same result everywhere.
+constexpr size_t kEagerTensor = 64 << 10, kEagerTotal = 256 << 10;
 
 bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
 
@@ -228,6 +239,14 @@ std::string join_u64(const std::vector<uint64_t>& v) {
 }
 
 }  // namespace
+
+struct CycleMessage {
+  uint8_t flags = 0;
+  std::vector<uint64_t> bits;
+  std::vector<std::string> invalid;
+  std::vector<Spec> specs;
+  std::string eager;  // the data of small cached host allreduces (see eager_layout)
+};
 
 bool Spec::same_as(const Spec& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && op == o.op && root == o.root &&
@@ -510,7 +529,7 @@ void Engine::drive(const std::function<bool()>& stop_when, bool block) {
 }
 
 std::string Engine::build_message() {
-  Message m;
+  CycleMessage m;
   std::vector<std::shared_ptr<Op>> fresh;
   bool leaving;
   {
@@ -555,6 +574,30 @@ std::string Engine::build_message() {
       }
   }
   m.invalid.swap(invalidate_);
+  if (opts_.size > 1) {
+    auto layout = eager_layout(m.bits);
+    size_t total = 0;
+    for (auto& [id, off] : layout) {
+      const Spec& sp = cache_.at(cache_ids_[id]).spec;
+      size_t bytes = 0;
+      for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
+      total = std::max(total, off + bytes);
+    }
+    m.eager.assign(total, 0);
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [name, op] : local_) {
+      if (op->state != Op::kCached) continue;
+      auto it = layout.find(static_cast<size_t>(op->cache_id));
+      if (it == layout.end()) continue;
+      const Spec& sp = op->req.spec;
+      const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
+      size_t off = it->second;
+      for (size_t k = 0; k < sp.counts.size(); ++k) {
+        scale_copy(m.eager.data() + off, op->req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
+        off += sp.counts[k] * dtype_size(dt);
+      }
+    }
+  }
   Writer w;
   w.put<uint8_t>(m.flags);
   w.u64s(m.bits);
@@ -562,7 +605,25 @@ std::string Engine::build_message() {
   for (auto& n : m.invalid) w.str(n);
   w.put<uint32_t>(static_cast<uint32_t>(m.specs.size()));
   for (auto& s : m.specs) put_spec(w, s);
+  w.put<uint32_t>(static_cast<uint32_t>(m.eager.size()));
+  w.out += m.eager;
   return std::move(w.out);
+}
+
+std::unordered_map<size_t, size_t> Engine::eager_layout(const std::vector<uint64_t>& bits) const {
+  std::unordered_map<size_t, size_t> at;
+  size_t total = 0;
+  for (size_t id = 0; id < cache_ids_.size() && id / 64 < bits.size(); ++id) {
+    if (!bit(bits, id) || cache_ids_[id].empty()) continue;
+    const Spec& sp = cache_.at(cache_ids_[id]).spec;
+    if (sp.kind != OpKind::kAllreduce || sp.device) continue;
+    size_t bytes = 0;
+    for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
+    if (bytes > kEagerTensor || total + bytes > kEagerTotal) continue;
+    at[id] = total;
+    total += bytes;
+  }
+  return at;
 }
 
 Status Engine::cycle() {
@@ -625,20 +686,25 @@ std::string Engine::describe_mismatch(const std::string& name, const std::vector
 
 Status Engine::process(const std::vector<std::string>& raw) {
   const int n = opts_.size;
-  std::vector<Message> msgs(n);
+  std::vector<CycleMessage> msgs(n);
   for (int r = 0; r < n; ++r) {
     Reader rd{raw[r]};
-    Message& m = msgs[r];
+    CycleMessage& m = msgs[r];
     m.flags = rd.get<uint8_t>();
     m.bits = rd.u64s();
     uint32_t ni = rd.get<uint32_t>();
     for (uint32_t i = 0; i < ni && rd.ok; ++i) m.invalid.push_back(rd.str());
     uint32_t ns = rd.get<uint32_t>();
     for (uint32_t i = 0; i < ns && rd.ok; ++i) m.specs.push_back(get_spec(rd));
+    m.eager = rd.bytes(rd.get<uint32_t>());
     if (!rd.ok || rd.pos != raw[r].size())
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
   }
+  // Where each rank's eager data lies: from the cache as it was when the messages were built.
+  std::vector<std::unordered_map<size_t, size_t>> eager_at(n);
+  for (int r = 0; r < n; ++r)
+    if (!msgs[r].eager.empty()) eager_at[r] = eager_layout(msgs[r].bits);
   // A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
   for (int r = 0; r < n; ++r)
     if (msgs[r].flags & kFlagLeaving) {
@@ -688,6 +754,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
       for (int r = 0; r < n && all; ++r)
         if (!joined_[r] && !bit(msgs[r].bits, id)) all = false;
       if (!all) continue;
+      if (active == n && run_eager(id, msgs, eager_at)) continue;
       Response resp;
       resp.name = cache_ids_[id];
       resp.spec = cache_.at(resp.name).spec;
@@ -802,6 +869,42 @@ Status Engine::process(const std::vector<std::string>& raw) {
     joined_.assign(n, false);
   }
   return {};
+}
+
+bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs,
+                       const std::vector<std::unordered_map<size_t, size_t>>& eager_at) {
+  const int n = opts_.size;
+  for (int r = 0; r < n; ++r)
+    if (!eager_at[r].count(id)) return false;
+  const std::string name = cache_ids_[id];
+  CacheSlot& slot = cache_.at(name);
+  const Spec& sp = slot.spec;
+  const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
+  const size_t es = dtype_size(dt);
+  size_t total = 0;
+  for (auto c : sp.counts) total += c;
+  std::shared_ptr<Op> op;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = local_.find(name);
+    if (it != local_.end()) op = it->second;
+    ++stats_.cache_hits;
+    ++stats_.eager;
+  }
+  slot.lru = ++lru_clock_;
+  if (!op) return true;  // (every rank sent its bit, so this rank has it)
+  if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
+  eager_acc_.assign(msgs[0].eager.data() + eager_at[0].at(id), msgs[0].eager.data() + eager_at[0].at(id) + total * es);
+  auto rop = static_cast<hvd_op_t>(sp.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : sp.op);
+  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), msgs[r].eager.data() + eager_at[r].at(id), total, dt, rop);
+  size_t off = 0;
+  for (size_t k = 0; k < sp.counts.size(); ++k) {
+    scale_copy(op->req.tensors[k].recv, eager_acc_.data() + off, sp.counts[k], dt, sp.postscale,
+               sp.op == HVD_OP_AVERAGE ? n : 1);
+    off += sp.counts[k] * es;
+  }
+  complete(name, {});
+  return true;
 }
 
 void Engine::execute(std::vector<Response>& responses) {

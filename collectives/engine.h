@@ -23,6 +23,7 @@ namespace hvdrun {
 class Ring;
 class GpuCollectives;
 class Timeline;
+struct CycleMessage;  // one rank's part of a negotiation cycle (engine.cc)
 
 enum class OpKind : uint8_t {
   kAllreduce = 1,  // also grouped: several tensors under one name
@@ -78,7 +79,7 @@ struct EngineOptions {
 // Counters for tests and the benchmark.
 struct EngineStats {
   uint64_t cycles = 0, cache_hits = 0, cache_misses = 0, cache_invalidations = 0, fused_batches = 0,
-           fused_tensors = 0, unfused_tensors = 0;
+           fused_tensors = 0, unfused_tensors = 0, eager = 0;
 };
 
 class Engine {
@@ -128,6 +129,10 @@ class Engine {
   void wake();  // tells whichever thread waits for events that local work arrived
   Status cycle();
   std::string build_message();
+  // Cache id -> offset of its data in a message whose bit vector is `bits` (eager path).
+  std::unordered_map<size_t, size_t> eager_layout(const std::vector<uint64_t>& bits) const;
+  bool run_eager(size_t id, const std::vector<CycleMessage>& msgs,
+                 const std::vector<std::unordered_map<size_t, size_t>>& eager_at);
   Status process(const std::vector<std::string>& messages);
   void execute(std::vector<Response>& responses);
   Status run_allreduce_batch(std::vector<Response*>& batch);
@@ -175,6 +180,7 @@ class Engine {
   uint64_t lru_clock_ = 0;
   std::vector<char> fusion_;
   std::vector<char> zeros_;
+  std::vector<char> eager_acc_;
   double last_stall_check_ = 0;
   double last_cycle_end_ = 0;
   bool last_cycle_idle_ = false;  // it ran nothing while requests were pending

@@ -17,8 +17,8 @@ import torch
 
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import broadcast_object
-from hvdrun.torch.mpi_ops import (Average, ProcessSet, _check_process_set, allreduce_async_, global_process_set,
-                                  grouped_allreduce_async_, size, synchronize)
+from hvdrun.torch.mpi_ops import (Average, ProcessSet, _check_process_set, allgather_async, allreduce_async_,
+                                  global_process_set, grouped_allreduce_async_, size, synchronize)
 
 
 def _split_list(items: List[Any], n: int) -> List[List[Any]]:
@@ -129,9 +129,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor = p.grad
         if tensor.is_sparse:
             if not self.sparse_as_dense:
-                raise ValueError(f"the gradient of {name} is sparse: hvdrun's DistributedOptimizer reduces "
-                                 "dense gradients; pass sparse_as_dense=True")
-            tensor = p.grad = tensor.to_dense()
+                return self._sparse_allreduce_grad_async(p, name)
+            tensor = tensor.to_dense()  # reduced dense, made sparse again in synchronize()
         compressed, ctx = self._compression.compress(tensor)
         if self.op == Average:
             # The average split around the sum: 1/f before, f/size() after.
@@ -141,6 +140,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
                                   postscale_factor=postscale)
         return handle, ctx
+
+    def _sparse_allreduce_grad_async(self, p: torch.Tensor, name: Optional[str]) -> Tuple[Any, Any]:
+        """A sparse gradient: every rank's indices and values gathered (their counts may
+        differ), summed where indices repeat (divided by size() for Average)."""
+        grad = p.grad.coalesce()
+        indices_handle = allgather_async(grad.indices().t().contiguous(), name=f"{name}.indices")
+        values_handle = allgather_async(grad.values().contiguous(), name=f"{name}.values")
+
+        def handle() -> torch.Tensor:
+            indices = synchronize(indices_handle).t()
+            values = synchronize(values_handle)
+            if self.op == Average:
+                values = values / size()
+            return torch.sparse_coo_tensor(indices, values, grad.size())
+
+        return handle, None
 
     def _grouped_allreduce_grad_async(self, ps: Tuple[torch.Tensor, ...]) -> Tuple[int, Any]:
         for p in ps:
@@ -218,9 +233,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         self._allreduce_delay[gp] = self.backward_passes_per_step
                         gp.grad.set_(self._compression.decompress(output, gctx))
                 else:
-                    output = synchronize(handle)
+                    # A callable handle: a sparse gradient's gathers, which it finishes.
+                    output = handle() if callable(handle) else synchronize(handle)
                     self._allreduce_delay[p] = self.backward_passes_per_step
-                    p.grad.set_(self._compression.decompress(output, ctx))
+                    if p.grad.is_sparse:
+                        aggregated = self._compression.decompress(output, ctx)
+                        if not aggregated.is_sparse:  # sparse_as_dense
+                            aggregated = aggregated.to_sparse()
+                        p.grad.zero_().add_(aggregated)  # sparse tensors have no set_()
+                    else:
+                        p.grad.set_(self._compression.decompress(output, ctx))
         finally:
             self._handles.clear()
         self._synchronized = True
@@ -281,7 +303,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     gradient_predivide_factor: with op=Average, scale by 1/f before the sum and f/size()
     after. groups: an int (that many groups of parameters, each reduced as one grouped
     allreduce) or a list of lists of parameters; num_groups: its deprecated name.
-    sparse_as_dense: reduce sparse gradients as dense tensors."""
+    sparse_as_dense: reduce sparse gradients as dense tensors (else their indices and values
+    are gathered from every rank)."""
     _check_process_set(process_set)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")

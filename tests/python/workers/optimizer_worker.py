@@ -184,6 +184,28 @@ def join_with_uneven_data():
     same(model, ref)
 
 
+@check
+def sparse_gradients():
+    """An embedding with sparse gradients: gathered (default) or reduced as dense."""
+    for as_dense in (False, True):
+        torch.manual_seed(5)
+        emb = nn.Embedding(20, 3, sparse=True)
+        ref = copy.deepcopy(emb)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.5),
+                                       named_parameters=emb.named_parameters(), sparse_as_dense=as_dense)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+        ids = lambda s, k: torch.tensor([(3 * s + k) % 20, (s + 5 * k) % 20, 7])  # noqa: E731
+        for s in range(STEPS):
+            opt.zero_grad()
+            (emb(ids(s, r)) ** 2).sum().backward()
+            opt.step()
+            assert emb.weight.grad.is_sparse
+            ref_opt.zero_grad()
+            (sum((ref(ids(s, k)) ** 2).sum() for k in range(n)) / n).backward()
+            ref_opt.step()
+        assert torch.allclose(emb.weight, ref.weight, atol=1e-5), (as_dense, (emb.weight - ref.weight).abs().max())
+
+
 def expect(exc, text, f):
     try:
         f()

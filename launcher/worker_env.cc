@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "launcher/exit_status.h"
 #include "common/strings.h"
 
 namespace hvdrun {
@@ -25,15 +26,14 @@ Result<std::vector<EnvOverride>> parse_env_overrides(const std::vector<std::stri
     EnvOverride o;
     o.name = spec.substr(0, eq);
     if (!valid_env_name(o.name))
-      return make_error("-x '" + spec + "': expected NAME or NAME=VALUE with NAME of letters, digits and '_'", 2);
+      return error_of(ErrorKind::kUsage, "-x '" + spec + "': expected NAME or NAME=VALUE with NAME of letters, digits and '_'");
     if (eq != std::string::npos) {
       o.value = spec.substr(eq + 1);
     } else {
       auto it = launcher_env.find(o.name);
       if (it == launcher_env.end())
-        return make_error("-x '" + spec + "': " + o.name + " is not set in hvdrun's environment; use -x " + o.name +
-                              "=VALUE",
-                          2);
+        return error_of(ErrorKind::kUsage, "-x '" + spec + "': " + o.name + " is not set in hvdrun's environment; use -x " + o.name +
+                              "=VALUE");
       o.value = it->second;
     }
     out.push_back(std::move(o));
@@ -56,11 +56,23 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
                                                     const std::vector<EnvOverride>& overrides, const JobEnv& job,
                                                     const RankInfo& r, int group_rank) {
   std::map<std::string, std::string> env;
+  // 1. hvdrun's defaults: only where the user's environment says nothing.
+  env["PYTHONUNBUFFERED"] = "1";
+  if (!job.iface.empty()) {
+    env["NCCL_SOCKET_IFNAME"] = job.iface;
+    env["GLOO_SOCKET_IFNAME"] = job.iface;
+  }
+  // 2. The user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD).
   for (const auto& [k, v] : launcher_env) {
     if (starts_with(k, "BASH_FUNC_") || k == "OLDPWD") continue;
     env[k] = v;
   }
+  // 3. What the command line asks for: its flags (--nccl-debug, Horovod's tuning flags),
+  //    then -x, which wins over everything but the contract below.
+  for (const auto& [k, v] : job.flag_env) env[k] = v;
+  if (!job.nccl_debug.empty()) env["NCCL_DEBUG"] = job.nccl_debug;
   for (const auto& o : overrides) env[o.name] = o.value;
+  // 4. The contract: what each rank is, and how to reach the job. Always hvdrun's.
   auto set = [&](const char* k, const std::string& v) { env[k] = v; };
   auto seti = [&](const char* k, int v) { env[k] = std::to_string(v); };
   seti("HOROVOD_RANK", r.rank);
@@ -77,7 +89,6 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
   seti("GROUP_RANK", group_rank);
   set("MASTER_ADDR", job.master_addr);
   seti("MASTER_PORT", job.master_port);
-  set("PYTHONUNBUFFERED", "1");
   if (!job.rendezvous_addr.empty()) {
     set("HVDRUN_RENDEZVOUS_ADDR", job.rendezvous_addr);
     seti("HVDRUN_RENDEZVOUS_PORT", job.rendezvous_port);
@@ -86,12 +97,7 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     snprintf(buf, sizeof buf, "%g", job.start_timeout);
     set("HVDRUN_START_TIMEOUT", buf);
   }
-  if (!job.iface.empty()) {
-    set("HVDRUN_IFACE", job.iface);
-    set("NCCL_SOCKET_IFNAME", job.iface);
-    set("GLOO_SOCKET_IFNAME", job.iface);
-  }
-  if (!job.nccl_debug.empty()) set("NCCL_DEBUG", job.nccl_debug);
+  if (!job.iface.empty()) set("HVDRUN_IFACE", job.iface);
   if (!job.python_path_prepend.empty()) {
     auto it = env.find("PYTHONPATH");
     set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_path_prepend

@@ -1,5 +1,8 @@
-// Builds each worker's environment: hvdrun's own (less BASH_FUNC_* and OLDPWD), the -x
-// variables, then the contract (HOROVOD_*, torch.distributed's, HVDRUN_*).
+// Builds each worker's environment. Precedence, lowest first: hvdrun's defaults
+// (PYTHONUNBUFFERED=1, NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME for the interface it
+// chose), the user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD), the
+// command line's flags (--nccl-debug, Horovod's tuning flags), -x; then the contract
+// (HOROVOD_RANK..., torch.distributed's, HVDRUN_RENDEZVOUS_*), which nothing overrides.
 #pragma once
 
 #include <map>
@@ -22,6 +25,7 @@ struct JobEnv {
   std::string nccl_debug;
   double start_timeout = 30;
   std::string python_path_prepend;  // --horovod-compat: put first on PYTHONPATH (after -x)
+  std::map<std::string, std::string> flag_env;  // from command-line flags (--fusion-threshold-mb ...)
 };
 
 // One `-x NAME[=VALUE]`, already validated.

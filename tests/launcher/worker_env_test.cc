@@ -85,3 +85,37 @@ TEST(WorkerEnv, EnvOverrides) {
 }
 
 }  // namespace hvdrun
+
+namespace hvdrun {
+
+// -x > the user's environment > hvdrun's defaults (issue 16.4): an exported or -x
+// NCCL_SOCKET_IFNAME survives hvdrun knowing an interface.
+TEST(WorkerEnv, PrecedenceXThenUserThenDefaults) {
+  JobEnv job;
+  job.iface = "eth1";
+  RankInfo r{0, 1, 0, 1, 0, 1, 0, "localhost"};
+  // Defaults where the user says nothing.
+  auto d = build_worker_env({}, {}, job, r, 0);
+  EXPECT_EQ(d["NCCL_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(d["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(d["PYTHONUNBUFFERED"], "1");
+  // The user's environment beats the defaults.
+  auto u = build_worker_env({{"NCCL_SOCKET_IFNAME", "ib0"}, {"GLOO_SOCKET_IFNAME", "ib1"}, {"PYTHONUNBUFFERED", "0"}},
+                            {}, job, r, 0);
+  EXPECT_EQ(u["NCCL_SOCKET_IFNAME"], "ib0");
+  EXPECT_EQ(u["GLOO_SOCKET_IFNAME"], "ib1");
+  EXPECT_EQ(u["PYTHONUNBUFFERED"], "0");
+  // -x beats both; flags sit between the user's environment and -x.
+  job.flag_env = {{"HOROVOD_FUSION_THRESHOLD", "1024"}, {"NCCL_SOCKET_IFNAME", "flag0"}};
+  auto x = build_worker_env({{"NCCL_SOCKET_IFNAME", "ib0"}, {"HOROVOD_FUSION_THRESHOLD", "7"}},
+                            {{"NCCL_SOCKET_IFNAME", "ib9"}}, job, r, 0);
+  EXPECT_EQ(x["NCCL_SOCKET_IFNAME"], "ib9");
+  EXPECT_EQ(x["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(x["HOROVOD_FUSION_THRESHOLD"], "1024");
+  // The contract is hvdrun's whatever -x says.
+  auto c = build_worker_env({}, {{"HOROVOD_RANK", "7"}, {"HVDRUN_IFACE", "zz"}}, job, r, 0);
+  EXPECT_EQ(c["HOROVOD_RANK"], "0");
+  EXPECT_EQ(c["HVDRUN_IFACE"], "eth1");
+}
+
+}  // namespace hvdrun

@@ -538,6 +538,12 @@ Status Runtime::shutdown() {
   if (e) e->stop("hvd_shutdown was called with this operation pending");
   engine_.reset();
   timeline_.reset();
+  // Tell hvdrun this rank is done on purpose: a rank whose connection ends without it
+  // left the job early, and is the one blamed when the others then fail.
+  {
+    std::lock_guard<std::mutex> lk(client_mu_);
+    if (client_) (void)client_->set(rdv::kFinalizedKeyPrefix + std::to_string(view_.rank), "1");
+  }
   gpu_.reset();
   ring_comm_.reset();
   {

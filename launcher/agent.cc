@@ -16,6 +16,7 @@
 #include <cstring>
 #include <algorithm>
 
+#include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 
 namespace hvdrun {
@@ -86,6 +87,14 @@ void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
   wake();
 }
 
+void LocalAgent::rank_left(int rank) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    left_requests_.emplace_back(rank, now_s());
+  }
+  wake();
+}
+
 void LocalAgent::request_signal(int sig) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
@@ -100,15 +109,23 @@ void LocalAgent::wake() {
 }
 
 void LocalAgent::signal_all(int sig) {
-  for (auto& w : workers_)
-    if (w.pid > 0) kill(-w.pid, sig);
+  for (auto& w : workers_) {
+    if (w.pid <= 0) continue;
+    // A stopped rank (SIGSTOP, Ctrl-Z) would hold SIGTERM pending until the SIGKILL after
+    // the grace: resume it first, so that it ends now.
+    if (sig == SIGTERM) kill(-w.pid, SIGCONT);
+    kill(-w.pid, sig);
+  }
   for (RemoteControl* r : remotes_) r->signal(sig);
 }
 
 void LocalAgent::note_failure(FailedWorker f) {
   if (tearing_down_) return;
   failures_.push_back(std::move(f));
-  if (!report_at_) report_at_ = now_s() + kFailureWindow;
+  if (!report_at_) {
+    first_failure_at_ = now_s();
+    report_at_ = first_failure_at_ + kFailureWindow;
+  }
 }
 
 void LocalAgent::teardown(const std::string& message, int exit_code) {
@@ -136,7 +153,10 @@ void LocalAgent::reap() {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
-      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) note_failure({w.rank, w.host, st});
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        note_failure({w.rank, w.host, st});
+      else
+        exited_0_.emplace(w.rank, now_s());
       break;
     }
   }
@@ -153,6 +173,28 @@ void LocalAgent::report_failure() {
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
   report_at_.reset();
+  // A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
+  // the failures itself, is the likelier cause: its peers fail on its closed connections.
+  // The first to leave is blamed.
+  std::optional<std::pair<int, double>> left_first;
+  for (const auto& [rank, when] : left_) {
+    if (when > first_failure_at_) continue;
+    bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
+    if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
+  }
+  if (left_first && !opts_.on_failure) {
+    int rank = left_first->first;
+    std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
+    msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";
+    msg += " while the other ranks still waited on it, without hvd_shutdown; then rank " + std::to_string(f.rank) +
+           " (host " + f.host + ") ";
+    if (WIFSIGNALED(f.status))
+      msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
+    else
+      msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
+    teardown(msg, exit_code::kExitedEarly);
+    return;
+  }
   if (opts_.on_failure) {  // agent mode: hvdrun weighs it with the other hosts' failures
     opts_.on_failure(f.rank, f.host, f.status);
     teardown("", exit_code_of(f.status));
@@ -164,6 +206,12 @@ void LocalAgent::report_failure() {
   else
     msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
   teardown(msg, exit_code_of(f.status));
+}
+
+std::string LocalAgent::rank_host(int rank) const {
+  for (const auto& w : workers_)
+    if (w.rank == rank) return w.host;
+  return rank_hosts_ && static_cast<size_t>(rank) < rank_hosts_->size() ? (*rank_hosts_)[rank] : "?";
 }
 
 // A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
@@ -347,13 +395,16 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       std::optional<std::pair<std::string, int>> req;
       std::vector<int> sigs;
       std::vector<FailedWorker> remote;
+      std::vector<std::pair<int, double>> left;
       {
         std::lock_guard<std::mutex> lk(control_mu_);
         req.swap(control_request_);
         sigs.swap(signal_requests_);
         remote.swap(remote_failures_);
+        left.swap(left_requests_);
       }
       for (auto& f : remote) note_failure(std::move(f));
+      for (auto& [rank, when] : left) left_.emplace(rank, when);
       for (int sig : sigs) handle_signal(sig, true);
       if (req) teardown(req->first, req->second);
     }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -67,6 +68,8 @@ class LocalAgent {
   // Runs the workers to completion. Every process group is gone when it returns.
   AgentResult run(std::vector<WorkerLaunch> launches);
 
+  // Every rank's host (index = rank), for reports about ranks that run elsewhere.
+  void set_rank_hosts(const std::vector<std::string>* hosts) { rank_hosts_ = hosts; }
   // Hosts whose workers run elsewhere: signalled with the local groups, waited for.
   void set_remotes(std::vector<RemoteControl*> remotes) { remotes_ = std::move(remotes); }
 
@@ -74,6 +77,9 @@ class LocalAgent {
   void request_teardown(std::string message, int exit_code);
   // Thread-safe: a remote worker failed (weighed with the local failures).
   void remote_failure(int rank, std::string host, int wait_status);
+  // Thread-safe: `rank` left the job (its rendezvous connection ended without
+  // hvd_shutdown). If others then fail, it is the one blamed.
+  void rank_left(int rank);
   // Thread-safe: act as if hvdrun had received `sig` from the launcher (agent mode).
   void request_signal(int sig);
   // Thread-safe: look at the remotes again (one has finished).
@@ -96,6 +102,7 @@ class LocalAgent {
   std::optional<std::pair<std::string, int>> control_request_;
   std::vector<int> signal_requests_;
   std::vector<RemoteControl*> remotes_;
+  const std::vector<std::string>* rank_hosts_ = nullptr;
 
   bool tearing_down_ = false;
   bool killed_ = false;
@@ -107,6 +114,11 @@ class LocalAgent {
   };
   std::vector<FailedWorker> failures_;
   std::vector<FailedWorker> remote_failures_;  // under control_mu_
+  std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
+  std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
+  std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
+  double first_failure_at_ = 0;
+  std::string rank_host(int rank) const;
   void note_failure(FailedWorker f);
   // `sender`: the pid that sent it (signalfd says), 0 when relayed by the launcher.
   void handle_signal(int sig, bool from_launcher, pid_t sender = 0);

@@ -266,6 +266,9 @@ int run_job(const LaunchOptions& opts, char** envp) {
   ao.kill_grace = opts.kill_grace;
   OnceNoticeSink job_sink(**sink);
   LocalAgent agent(ao, job_sink, &*watchdog);
+  std::vector<std::string> rank_hosts;
+  for (const auto& r : plan->ranks) rank_hosts.push_back(r.host);
+  agent.set_rank_hosts(&rank_hosts);
   // hvdrun's output has no reader any more (`hvdrun ... | head -1`): the job ends as mpirun's
   // does, without a word (the reader is gone) and with SIGPIPE's status, 141.
   (*sink)->on_reader_gone([&agent] { agent.request_teardown("", 128 + SIGPIPE); });
@@ -314,6 +317,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     std::fwrite(msg.data(), 1, msg.size(), stderr);
     std::fflush(stderr);
   };
+  cb.on_rank_left = [&agent](int rank) { agent.rank_left(rank); };
   cb.on_start_timeout = [&agent](const std::string& message) {
     agent.request_teardown(message, exit_code::kStartTimeout);
   };

@@ -42,7 +42,10 @@ void sleep_ms(long ms) {
     if (n < kMaxGroups) groups[n++] = v;
   }
   if (disarmed) _exit(0);
-  for (int i = 0; i < n; ++i) kill(-groups[i], SIGTERM);
+  for (int i = 0; i < n; ++i) {
+    kill(-groups[i], SIGCONT);  // a stopped group would hold SIGTERM until the SIGKILL
+    kill(-groups[i], SIGTERM);
+  }
   long waited = 0, grace_ms = static_cast<long>(grace * 1000);
   while (waited < grace_ms) {
     bool any = false;

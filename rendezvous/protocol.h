@@ -63,6 +63,10 @@ enum class MsgType : uint8_t {
 
 const char* msg_type_name(MsgType t);
 
+// hvd_shutdown sets this key + its rank ("hvdrun/finalized/3") before it disconnects; a
+// registered rank whose connection ends without it left the job early.
+constexpr const char* kFinalizedKeyPrefix = "hvdrun/finalized/";
+
 struct Frame {
   uint8_t version = kProtocolVersion;
   MsgType type = MsgType::kError;

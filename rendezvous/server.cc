@@ -262,6 +262,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_eof() {
     if (rank_ >= 0) spdlog::debug("rendezvous: rank {} disconnected", rank_);
+    if (rank_ >= 0 && !finalized_ && srv_.cbs.on_rank_left) srv_.cbs.on_rank_left(rank_);
+    finalized_ = true;  // reported once
     close();
   }
 
@@ -360,6 +362,7 @@ class Session : public std::enable_shared_from_this<Session> {
         auto kv = decode_key_value(f.payload);
         if (!kv) return fail(kv.error().message), false;
         if (kv->first.rfind("hvdrun/stall/", 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
+        if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) finalized_ = true;
         if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
         send(MsgType::kOk, "");
         s.notify_key(kv->first);
@@ -504,6 +507,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing_ = false, closed_ = false;
   int rank_ = -1;
   int round_ = 0;
+  bool finalized_ = false;  // this rank said it is done (hvd_shutdown)
 };
 
 void Server::Impl::accept() {

@@ -33,7 +33,11 @@ struct ServerCallbacks {
   // A rank set a key under "hvdrun/stall/" (libhvdrun's stall report): the value is the
   // report, one line per missing rank.
   std::function<void(int rank, const std::string& key, const std::string& report)> on_stall;
+  // A registered rank's connection ended before the rank said it was done (hvd_shutdown
+  // sets kFinalizedKeyPrefix + its rank, rendezvous/protocol.h): it left the job, by exiting or crashing.
+  std::function<void(int rank)> on_rank_left;
 };
+
 
 class Server {
  public:

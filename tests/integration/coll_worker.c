@@ -3,7 +3,8 @@
  *                       prints how many shared-memory segments this rank has mapped
  *   coll_worker die     rank 1 is SIGKILLed in the middle of a large allreduce loop
  *   coll_worker die-stay  the same, the others ignoring SIGTERM (so that they fail on their own)
- *   coll_worker mismatch  rank 1 calls with a different count */
+ *   coll_worker mismatch  rank 1 calls with a different count
+ *   coll_worker leave   rank 1 exits 0 without hvd_shutdown while the others allreduce */
 #include <hvdrun/hvdrun.h>
 #include <pthread.h>
 #include <signal.h>
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
     if (r == 1) pthread_create(&t, NULL, killer, NULL);
     for (int it = 0; it < 100000; ++it) CHECK(hvd_allreduce(x, x, big, HVD_FLOAT32, HVD_OP_SUM));
     free(x);
+  } else if (!strcmp(argv[1], "leave")) {
+    if (r == 1) _exit(0);
+    for (int it = 0; it < 100000; ++it) CHECK(hvd_allreduce(a, a, count, HVD_FLOAT32, HVD_OP_SUM));
   } else if (!strcmp(argv[1], "mismatch")) {
     CHECK(hvd_allreduce(a, a, r == 1 ? 10 : 11, HVD_FLOAT32, HVD_OP_SUM));
   }

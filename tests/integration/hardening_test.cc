@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -36,4 +37,30 @@ TEST(Hardening, UserEnvironmentAndDashXWinOverDefaults) {
                30);
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_NE(d.out.find("[0]<stdout>:lo lo\n"), std::string::npos) << d.out;
+}
+
+// A rank that exits 0 without hvd_shutdown while the others still allreduce is the one
+// named (not the lowest rank that then failed on its closed connection), with exit code 6.
+TEST(Hardening, RankThatLeftFirstIsBlamed) {
+  for (int i = 0; i < 3; ++i) {
+    auto o = run(hvd({"-np", "3", COLL_WORKER_BIN, "leave"}), 60);
+    ASSERT_FALSE(o.timed_out);
+    EXPECT_EQ(o.exit_code, 6) << o.err;
+    EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) exited with code 0 while the other ranks still waited on it"),
+              std::string::npos)
+        << o.err;
+  }
+}
+
+// Teardown resumes a stopped rank before SIGTERM: the job ends at once, not after the
+// grace (30 s here).
+TEST(Hardening, StoppedRankIsResumedAndEndsAtTeardown) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto o = run(hvd({"-np", "2", "--kill-grace", "30", "sh", "-c",
+                    "if [ $RANK = 1 ]; then kill -STOP $$; sleep 60; else sleep 0.5; exit 3; fi"}),
+               60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_LT(took, 10) << "a stopped rank held the teardown for the grace";
 }

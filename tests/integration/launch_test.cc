@@ -244,7 +244,9 @@ TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) {
   auto workers = read_pids(pids);
   p.signal(SIGTSTP);
   bool stopped = false;
-  for (int i = 0; i < 200 && !stopped; ++i) {
+  // Up to 10 s: on a loaded machine a worker can sit in 'D' (a page fault, an exec) for a
+  // while before the stop takes.
+  for (int i = 0; i < 1000 && !stopped; ++i) {
     stopped = proc_state(workers[0]) == 'T' && proc_state(workers[1]) == 'T' && proc_state(p.pid()) == 'T';
     usleep(10000);
   }

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "hvdrun: %s\n", parsed.error().message.c_str());
       return hvdrun::exit_code_for(parsed.error());
     }
+    for (const auto& w : parsed->warnings) std::fprintf(stderr, "hvdrun: warning: %s\n", w.c_str());
     if (parsed->action == hvdrun::ParsedCommandLine::Action::kPrintAndExit) {
       std::fputs(parsed->print.c_str(), stdout);
       return 0;

@@ -40,6 +40,7 @@ struct ParsedCommandLine {
   enum class Action { kRun, kPrintAndExit } action = Action::kRun;
   LaunchOptions options;
   std::string print;  // help or version text, for kPrintAndExit
+  std::vector<std::string> warnings;  // one line each, for hvdrun to print before it runs
 };
 
 // `env` supplies the defaults read from the environment (HVDRUN_START_TIMEOUT, ...).

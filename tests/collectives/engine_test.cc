@@ -3,6 +3,7 @@
 #include "collectives/engine.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -53,9 +54,14 @@ std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}) {
 struct Job {
   std::vector<std::unique_ptr<Ring>> rings;
   std::vector<std::unique_ptr<Engine>> engines;
-  Job(int n, EngineOptions base = {}, RingOptions ro = {}, std::function<void(EngineOptions&, int)> tweak = {}) {
+  // cut_rank: keep copies of that rank's sockets (socket_copies), so that a test can cut it
+  // off with shutdown(2) without touching its Ring from another thread.
+  Job(int n, EngineOptions base = {}, RingOptions ro = {}, std::function<void(EngineOptions&, int)> tweak = {},
+      int cut_rank = -1) {
     ro.timeout_s = 30;
     rings = make_rings(n, ro);
+    // Taken before any engine thread exists (shutdown(2) acts on the socket, whatever fd).
+    if (cut_rank >= 0) socket_copies = {dup(rings[cut_rank]->left_fd()), dup(rings[cut_rank]->right_fd())};
     for (int r = 0; r < n; ++r) {
       EngineOptions o = base;
       o.rank = r;
@@ -70,7 +76,10 @@ struct Job {
     std::vector<std::thread> t;
     for (auto& e : engines) t.emplace_back([&e] { e.reset(); });
     for (auto& x : t) x.join();
+    if (socket_copies.first >= 0) ::close(socket_copies.first);
+    if (socket_copies.second >= 0) ::close(socket_copies.second);
   }
+  std::pair<int, int> socket_copies{-1, -1};
   int size() const { return static_cast<int>(rings.size()); }
 };
 
@@ -478,7 +487,7 @@ TEST(Engine, BroadcastWhileARankHasJoinedIsAnError) {
 
 TEST(Engine, PeerKilledWithHandlesPendingFailsThemOnEveryRank) {
   const int n = 3;
-  Job job(n);
+  Job job(n, {}, {}, {}, /*cut_rank=*/1);
   // Rank 2's handles stay pending (ranks 0 and 1 never submit "never"), then rank 1 dies:
   // its sockets close as a killed process's would.
   std::promise<void> submitted0, submitted2;
@@ -491,8 +500,8 @@ TEST(Engine, PeerKilledWithHandlesPendingFailsThemOnEveryRank) {
       f2.wait();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       // Kill: drop the engine without telling anyone, then the ring's sockets.
-      ::shutdown(job.rings[1]->left_fd(), SHUT_RDWR);
-      ::shutdown(job.rings[1]->right_fd(), SHUT_RDWR);
+      ::shutdown(job.socket_copies.first, SHUT_RDWR);
+      ::shutdown(job.socket_copies.second, SHUT_RDWR);
       return "";
     }
     std::vector<hvd_handle_t> hs;

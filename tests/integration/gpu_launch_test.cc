@@ -41,6 +41,15 @@ TEST(GpuLaunch, CollectivesOnDeviceMemoryOneRankPerGpu) {
     EXPECT_NE(o.out.find("rank " + std::to_string(r) + " gpu checked"), std::string::npos) << o.out;
 }
 
+TEST(GpuLaunch, EngineKindsOnDeviceMemory) {
+  REQUIRE_GPU();
+  auto o = run({kHvdrun, "-np", std::to_string(gpus), kGpuWorker, "engine"}, 300);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < gpus; ++r)
+    EXPECT_NE(o.out.find("rank " + std::to_string(r) + " gpu engine checked"), std::string::npos) << o.out;
+}
+
 TEST(GpuLaunch, EagerInitCreatesTheCommunicatorInHvdInit) {
   REQUIRE_GPU();
   auto o = run({kHvdrun, "-np", std::to_string(gpus), kGpuWorker, "check"}, 300, {{"HVDRUN_NCCL_EAGER", "1"}});

@@ -120,6 +120,49 @@ void check_all(int size) {
   if (hb[999] != static_cast<float>(size)) die("host allreduce result");
 }
 
+// The engine's kinds on device memory: named async allreduces in a per-rank order with
+// prescale/postscale, allgatherv and alltoall with kept output, reducescatter.
+void check_engine(int size) {
+  const size_t n = 4096;
+  std::vector<DeviceVec<float>> in, out;
+  std::vector<hvd_handle_t> h(6);
+  for (int i = 0; i < 6; ++i) {
+    in.emplace_back(n);
+    out.emplace_back(n);
+    in.back().put(std::vector<float>(n, static_cast<float>(g_rank + 1)));
+  }
+  for (int k = 0; k < 6; ++k) {
+    int i = (k + g_rank) % 6;
+    std::string name = "dev." + std::to_string(i);
+    if (hvd_allreduce_async(name.c_str(), in[i].p, out[i].p, n, HVD_FLOAT32, i % 2 ? HVD_OP_AVERAGE : HVD_OP_SUM,
+                            i % 3 ? 2.0 : 1.0, i % 3 ? 0.5 : 1.0, &h[i]) != HVD_SUCCESS)
+      die("hvd_allreduce_async on device memory");
+  }
+  float sum = size * (size + 1) / 2.0f;
+  for (int i = 0; i < 6; ++i) {
+    if (hvd_wait(h[i]) != HVD_SUCCESS) die("hvd_wait on device memory");
+    float expect = i % 2 ? sum / size : sum;
+    auto got = out[i].get();
+    if (std::fabs(got[n - 1] - expect) > 1e-3f) die("device allreduce " + std::to_string(i));
+  }
+  DeviceVec<int32_t> mine(static_cast<size_t>(g_rank + 1));
+  mine.put(std::vector<int32_t>(g_rank + 1, g_rank));
+  hvd_handle_t g;
+  if (hvd_allgatherv_async("dev.ag", mine.p, g_rank + 1, 1, HVD_INT32, &g) != HVD_SUCCESS) die("allgatherv");
+  std::vector<size_t> rows(size);
+  if (hvd_result_rows(g, rows.data()) != HVD_SUCCESS) die("hvd_result_rows");
+  size_t total = 0;
+  for (auto r : rows) total += r;
+  DeviceVec<int32_t> all(total);
+  if (hvd_wait_result(g, all.p) != HVD_SUCCESS) die("hvd_wait_result");
+  auto a = all.get();
+  if (a[total - 1] != size - 1) die("device allgatherv data");
+  DeviceVec<float> rs_in(static_cast<size_t>(size) * 3), rs_out(3);
+  rs_in.put(std::vector<float>(size * 3, 1.f));
+  if (hvd_reducescatter(rs_in.p, rs_out.p, size, 3, HVD_FLOAT32, HVD_OP_SUM) != HVD_SUCCESS) die("reducescatter");
+  if (rs_out.get()[2] != static_cast<float>(size)) die("device reducescatter data");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,6 +173,9 @@ int main(int argc, char** argv) {
   if (mode == "check") {
     check_all(size);
     std::printf("rank %d gpu checked\n", g_rank);
+  } else if (mode == "engine") {
+    check_engine(size);
+    std::printf("rank %d gpu engine checked\n", g_rank);
   } else if (mode == "mixed") {
     DeviceVec<float> d(16);
     std::vector<float> h(16);

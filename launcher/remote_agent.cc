@@ -10,6 +10,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -265,10 +266,18 @@ int run_agent_mode() {
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
   // connection) is gone.
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
+  // How long the launcher had been silent when this agent gave it up (0: it did not).
+  static std::atomic<int> lost_contact_s{0};
   std::thread control([&agent, &reader, in_fd, silence, grace, stdin_writer] {
+    auto last_heard = std::chrono::steady_clock::now();
     while (true) {
       auto f = read_frame(in_fd, reader, silence);
-      if (!f) break;
+      if (!f) {
+        auto quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
+        lost_contact_s = std::max(1, static_cast<int>(quiet + 0.5));
+        break;
+      }
+      last_heard = std::chrono::steady_clock::now();
       if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
       if (f->type == Type::kStdin && stdin_writer) {
         if (f->payload.empty()) stdin_writer->close_after_queued();  // end of hvdrun's stdin
@@ -300,7 +309,9 @@ int run_agent_mode() {
   }
   AgentResult res = agent.run(std::move(launches));
   watchdog->disarm();
-  link.send(Type::kDone, nlohmann::json{{"code", res.exit_code}}.dump());
+  nlohmann::json done{{"code", res.exit_code}};
+  if (lost_contact_s > 0) done["lost_contact_s"] = lost_contact_s.load();  // hvdrun was stopped, say
+  link.send(Type::kDone, done.dump());
   // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
   // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
   if (sock.valid()) return 0;

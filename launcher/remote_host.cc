@@ -116,10 +116,10 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       last_sent = now;
     }
     if (now - last_heard > silence) {
-      agent.request_teardown("hvdrun: " + link_->label() + ": no word from the agent in " +
-                                 std::to_string(static_cast<int>(settings_.heartbeat_timeout)) +
-                                 " s (HVDRUN_HEARTBEAT_TIMEOUT): the host or the network is down",
-                             exit_code::kLaunchFailed);
+      // The host or the network is down, or hvdrun itself was stopped (SIGSTOP, a paused VM)
+      // past HVDRUN_HEARTBEAT_TIMEOUT: either way the agent there has ended its ranks.
+      int quiet = static_cast<int>(std::chrono::duration<double>(now - last_heard).count() + 0.5);
+      agent.request_teardown(lost_contact_message(quiet), exit_code::kLostContact);
       return;
     }
     std::vector<int> sigs;
@@ -149,7 +149,11 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       } else if (f.type == Type::kDone) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         int code = j.is_object() ? j.value("code", 0) : 0;
-        if (code != 0 && !failed_reported) agent.request_teardown("", code);  // its notice said why
+        int lost = j.is_object() ? j.value("lost_contact_s", 0) : 0;
+        if (lost > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
+          agent.request_teardown(lost_contact_message(lost), exit_code::kLostContact);
+        else if (code != 0 && !failed_reported)
+          agent.request_teardown("", code);  // its notice said why
         relay_stderr(sink);
         return;
       }
@@ -157,7 +161,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     auto bytes = link_->read(20);
     if (!bytes) {
       agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
-                             exit_code::kLaunchFailed);
+                             exit_code::kLostContact);
       return;
     }
     if (!bytes->empty()) last_heard = Clock::now();
@@ -168,6 +172,12 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         return;
       }
   }
+}
+
+std::string RemoteHost::lost_contact_message(int seconds) const {
+  return "hvdrun: lost contact with the agent on " + host_ + " for " + std::to_string(seconds) +
+         " s (HVDRUN_HEARTBEAT_TIMEOUT " + std::to_string(static_cast<int>(settings_.heartbeat_timeout)) +
+         " s: the network, the host, or hvdrun itself was stopped); it ended the ranks there";
 }
 
 // The agent's own stderr (it writes there only when something is badly wrong): whole

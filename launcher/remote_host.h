@@ -64,6 +64,7 @@ class RemoteHost : public RemoteControl {
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);
+  std::string lost_contact_message(int seconds) const;
   void send_queued_stdin();
 
   std::string host_;

@@ -346,7 +346,7 @@ TEST(Cluster, SshdKilledUnderARunningJob) {
   sh("ip netns pids hvdh2 | xargs -r ps -o pid=,comm= -p | awk '$2 == \"sshd\" {print $1}' | xargs -r kill -9");
   auto o = p.wait(30);
   ASSERT_FALSE(o.timed_out) << "hvdrun did not notice the lost host";
-  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_EQ(o.exit_code, 5) << o.err;  // lost contact (man page, EXIT STATUS)
   EXPECT_NE(o.err.find("hvdrun: h2:22: connection lost"), std::string::npos) << o.err;
   EXPECT_TRUE(wait_until([&] { return !pid_alive(remote) && leftovers().empty(); }, 15)) << leftovers();
   std::filesystem::remove_all(dir);

@@ -64,3 +64,25 @@ TEST(Hardening, StoppedRankIsResumedAndEndsAtTeardown) {
   EXPECT_EQ(o.exit_code, 3) << o.err;
   EXPECT_LT(took, 10) << "a stopped rank held the teardown for the grace";
 }
+
+// hvdrun stopped (SIGSTOP, a paused VM) past the heartbeat time: the agent ends its ranks,
+// and on SIGCONT hvdrun says so and exits 5, not 143 without a word (issue 16.5). The
+// "remote" host runs its agent here through a launch command.
+TEST(Hardening, StoppedLauncherSaysItLostContactAndExits5) {
+  std::string dir = make_temp_dir();
+  Process p(hvd({"-np", "1", "-H", "fakehost:1", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}", "sh", "-c",
+                 "echo $$ > " + dir + "/pid; sleep 120"}),
+            {{"HVDRUN_HEARTBEAT_TIMEOUT", "3"}});
+  ASSERT_TRUE(wait_for_lines(dir + "/pid", 1, 30));
+  pid_t worker = std::stoi(read_file(dir + "/pid"));
+  p.signal(SIGSTOP);
+  // The agent hears nothing for 3 s and ends the rank.
+  EXPECT_TRUE(wait_gone({worker}, 20).empty()) << "the agent did not end its rank while hvdrun was stopped";
+  p.signal(SIGCONT);
+  auto o = p.wait(30);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 5) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: lost contact with the agent on fakehost for "), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("it ended the ranks there"), std::string::npos) << o.err;
+  std::filesystem::remove_all(dir);
+}

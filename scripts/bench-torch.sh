@@ -41,6 +41,7 @@ for m in "${models[@]}"; do
       --batch "$(batch_of "$m")" --steps "$(steps_of "$m")" --warmup 2 | sed -n 's/^\[0\]<stdout>:RESULT //p')
     [ -n "$line" ] || { echo "bench-torch: $m $mode produced no result"; exit 1; }
     read -r _ _ params batch median _ <<<"$line"
+    echo "bench-torch: $m $mode: median step ${median} ms (params $params, batch $batch per rank)"
     ms[$m.$mode]=$median
     ms[$m.params]=$params
     ms[$m.batch]=$batch

@@ -15,6 +15,11 @@
 #include <chrono>
 #include <cstring>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include <dirent.h>
 
 #include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
@@ -32,6 +37,36 @@ constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open 
 constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous failures are weighed
 
 bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
+
+// This process's children (from /proc/*/stat's ppid): with hvdrun a child subreaper, a
+// rank's descendants whose parents died come here, whatever session or group they moved to.
+std::set<pid_t> children_of_self() {
+  std::set<pid_t> out;
+  pid_t self = getpid();
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end) continue;
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
+    if (!rp) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == self && state != 'Z')
+      out.insert(static_cast<pid_t>(pid));
+  }
+  closedir(d);
+  return out;
+}
 
 }  // namespace
 
@@ -288,6 +323,9 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     }
   }
 
+  // Children from before the workers (the watchdog, SSH or launch-command clients, srun):
+  // never taken for a rank's descendants.
+  preexisting_ = children_of_self();
   workers_.reserve(launches.size());
   for (auto& l : launches) {
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
@@ -329,7 +367,29 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     bool pipes_open = false;
     for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
     if (all_exited) {
-      if (any_group_alive()) {
+      // Descendants that left their rank's group and session (setsid daemons) and were
+      // adopted by this subreaper when their parents died: they end with the job too.
+      bool adopted_alive = false;
+      for (pid_t c : children_of_self()) {
+        if (preexisting_.count(c)) continue;
+        bool worker = false;
+        for (const auto& w : workers_) worker = worker || w.pid == c;
+        if (worker) continue;
+        adopted_alive = true;
+        if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
+          adopted_.insert(c);
+          kill(c, SIGCONT);
+          kill(c, SIGTERM);
+          if (getpgid(c) == c) kill(-c, SIGTERM);
+          if (!kill_deadline_ && !killed_) kill_deadline_ = now_s() + opts_.kill_grace;
+        } else if (killed_) {
+          kill(c, SIGKILL);
+          if (getpgid(c) == c) kill(-c, SIGKILL);
+        }
+      }
+      if (adopted_alive) {
+        // wait for them (the kill deadline below turns SIGTERM into SIGKILL)
+      } else if (any_group_alive()) {
         // Leaders are gone but something they started lingers in a group: end it.
         if (!kill_deadline_ && !killed_) {
           signal_all(SIGTERM);

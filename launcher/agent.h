@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -114,6 +115,8 @@ class LocalAgent {
   };
   std::vector<FailedWorker> failures_;
   std::vector<FailedWorker> remote_failures_;  // under control_mu_
+  std::set<pid_t> preexisting_;  // children of this process before the workers started
+  std::set<pid_t> adopted_;      // adopted descendants already sent SIGTERM
   std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when

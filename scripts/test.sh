@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-(cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2)
+(cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300)
 # The Python package (hvdrun.torch, hvdrun.numpy): pytest on Debian's python3-torch and on
 # PyTorch 2.x from PyPI in a cached venv, against cmake-installed and pip-installed hvdrun.
 scripts/test-python.sh
@@ -19,7 +19,7 @@ if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   for san in address:'runtime|process|cluster' thread:'runtime|process|cluster'; do
     kind=${san%%:*} labels=${san#*:}
     BUILD_DIR=build-$kind BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$kind -DHVDRUN_BUILD_BENCH=OFF -DHVDRUN_WITH_CUDA=OFF
-    (cd build-$kind && ctest --output-on-failure --no-tests=error -j2 --timeout 300 --repeat until-pass:2 -L "$labels")
+    (cd build-$kind && ctest --output-on-failure --no-tests=error -j2 --timeout 300 -L "$labels")
   done
 fi
 # Every parser of outside input under libFuzzer (clang, ASan + UBSan), a fixed time each

@@ -86,3 +86,22 @@ TEST(Hardening, StoppedLauncherSaysItLostContactAndExits5) {
   EXPECT_NE(o.err.find("it ended the ranks there"), std::string::npos) << o.err;
   std::filesystem::remove_all(dir);
 }
+
+// A rank's daemon that left its session (setsid) ends with the job, and hvdrun does not
+// wait on the pipe it holds (issue 16.2).
+TEST(Hardening, SetsidDaemonOfARankEndsWithTheJob) {
+  std::string dir = make_temp_dir();
+  auto t0 = std::chrono::steady_clock::now();
+  auto o = run(hvd({"-np", "2", "--kill-grace", "5", "sh", "-c",
+                    "setsid sleep 1000 & echo $! > " + dir + "/daemon$RANK; sleep 0.2"}),
+               60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (int r = 0; r < 2; ++r) {
+    pid_t d = std::stoi(read_file(dir + "/daemon" + std::to_string(r)));
+    EXPECT_TRUE(wait_gone({d}, 1).empty()) << "rank " << r << "'s setsid daemon outlived the job";
+  }
+  EXPECT_LT(took, 1.8) << "hvdrun waited on the daemon's pipe";
+  std::filesystem::remove_all(dir);
+}

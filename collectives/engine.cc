@@ -751,8 +751,20 @@ Status Engine::process(const std::vector<std::string>& raw) {
     for (size_t id = 0; id < cache_ids_.size(); ++id) {
       if (cache_ids_[id].empty()) continue;
       bool all = true;
-      for (int r = 0; r < n && all; ++r)
-        if (!joined_[r] && !bit(msgs[r].bits, id)) all = false;
+      std::vector<int> missing;
+      for (int r = 0; r < n; ++r)
+        if (!joined_[r] && !bit(msgs[r].bits, id)) {
+          all = false;
+          missing.push_back(r);
+        }
+      // For the stall check: a cached name some ranks have sent and others not.
+      if (!all && static_cast<int>(missing.size()) < active) {
+        auto [it, fresh] = cached_partial_.try_emplace(cache_ids_[id]);
+        if (fresh) it->second.first = now_s();
+        it->second.second = missing;
+      } else {
+        cached_partial_.erase(cache_ids_[id]);
+      }
       if (!all) continue;
       if (active == n && run_eager(id, msgs, eager_at)) continue;
       Response resp;
@@ -1238,6 +1250,13 @@ void Engine::check_stall() {
     if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
     for (int r = 0; r < opts_.size; ++r)
       if (!e.per_rank[r] && !joined_[r]) missing[r].push_back(name);
+  }
+  for (auto& [name, p] : cached_partial_) {
+    double age = t - p.first;
+    if (age < opts_.stall_check_s || !cache_.count(name)) continue;
+    any = true;
+    if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
+    for (int r : p.second) missing[r].push_back(name);
   }
   if (!any) {
     stall_warned_ = false;

@@ -182,6 +182,8 @@ class Engine {
   std::vector<char> zeros_;
   std::vector<char> eager_acc_;
   double last_stall_check_ = 0;
+  // Cached names some ranks have sent and others not: since when, and the ranks missing.
+  std::map<std::string, std::pair<double, std::vector<int>>> cached_partial_;
   double last_cycle_end_ = 0;
   bool last_cycle_idle_ = false;  // it ran nothing while requests were pending
   bool stall_warned_ = false;

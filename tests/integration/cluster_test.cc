@@ -391,8 +391,9 @@ TEST(Cluster, SilentNetworkPartitionEndsTheJobOnBothSides) {
   sh("ip link set hvdv2 up");
   std::filesystem::remove_all(dir);
   ASSERT_FALSE(o.timed_out) << "hvdrun did not notice the partition";
-  EXPECT_EQ(o.exit_code, 3) << o.err;
-  EXPECT_NE(o.err.find("hvdrun: h2:22: no word from the agent in 3 s"), std::string::npos) << o.err;
+  EXPECT_EQ(o.exit_code, 5) << o.err;  // lost contact
+  EXPECT_NE(o.err.find("hvdrun: lost contact with the agent on h2 for "), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("it ended the ranks there"), std::string::npos) << o.err;
   EXPECT_TRUE(gone) << "h2's worker outlived the partition";
   EXPECT_TRUE(wait_until([] { return leftovers().empty(); }, 15)) << leftovers();
 }

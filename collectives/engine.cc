@@ -619,6 +619,7 @@ std::unordered_map<size_t, size_t> Engine::eager_layout(const std::vector<uint64
     if (sp.kind != OpKind::kAllreduce || sp.device) continue;
     size_t bytes = 0;
     for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
+    total = (total + 7) & ~size_t{7};  // each tensor's data 8-byte aligned for the reduction
     if (bytes > kEagerTensor || total + bytes > kEagerTotal) continue;
     at[id] = total;
     total += bytes;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "collectives/dtype.h"
 
@@ -49,9 +50,7 @@ void divide(T* d, size_t n, double divisor) {
   for (size_t i = 0; i < n; ++i) d[i] = d[i] / inv;
 }
 
-}  // namespace
-
-void reduce_into(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
+void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
   switch (t) {
     case HVD_INT8: return apply(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
     case HVD_UINT8: return apply(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
@@ -63,6 +62,26 @@ void reduce_into(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t o
       return apply16<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
     case HVD_BFLOAT16:
       return apply16<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+  }
+}
+
+}  // namespace
+
+// Data a byte ring left where it lies (shared memory) can be misaligned for its dtype: such
+// buffers are reduced through aligned blocks (memcpy), aligned ones in place.
+void reduce_into(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
+  size_t es = dtype_size(t);
+  auto misaligned = [es](const void* p) { return es > 1 && reinterpret_cast<uintptr_t>(p) % es != 0; };
+  if (!misaligned(dst) && !misaligned(src)) return reduce_aligned(dst, src, n, t, op);
+  alignas(64) unsigned char a[4096], b[4096];
+  size_t per = sizeof(a) / es;
+  for (size_t i = 0; i < n; i += per) {
+    size_t m = std::min(per, n - i);
+    auto* d = static_cast<unsigned char*>(dst) + i * es;
+    std::memcpy(a, d, m * es);
+    std::memcpy(b, static_cast<const unsigned char*>(src) + i * es, m * es);
+    reduce_aligned(a, b, m, t, op);
+    std::memcpy(d, a, m * es);
   }
 }
 

@@ -636,6 +636,11 @@ TEST(RendezvousServer, RepeatedRefusalsAreOneLinePlusACount) {
 
 // Issue 16.8: out of descriptors, the accept loop spun at 100% CPU.
 TEST(RendezvousServer, AcceptBacksOffWhenOutOfDescriptors) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizer runtimes need descriptors of their own (UBSan's type checks fail inside
+  // spdlog once every descriptor is taken): this runs in the plain build only.
+  GTEST_SKIP() << "descriptor exhaustion breaks the sanitizer runtime itself";
+#endif
   LogCapture log;
   Fixture f(1);
   rlimit old{};

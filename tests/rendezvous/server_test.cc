@@ -520,11 +520,11 @@ TEST(RendezvousServer, WaitsOfAClosedConnectionAreDropped) {
     for (int k = 0; k < 1000; ++k) keys.push_back("never/" + std::to_string(k) + std::string(1000, 'k'));
     for (int i = 0; i < 60; ++i) s.send(MsgType::kWait, encode_wait(UINT32_MAX, keys));
     s.send(MsgType::kBarrier, encode_barrier({"never-complete", 5, UINT32_MAX}));
-    auto deadline = in(5);
+    auto deadline = in(60);  // 60 MB of waits: minutes of work under TSan, not seconds
     while (f.server->waiting() < 61 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ASSERT_EQ(f.server->waiting(), 61);
   }
-  auto deadline = in(5);
+  auto deadline = in(60);  // 60 MB of waits: minutes of work under TSan, not seconds
   while (f.server->waiting() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(f.server->waiting(), 0);
   // A wait answered in time, or timed out, is not counted either.

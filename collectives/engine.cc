@@ -566,6 +566,12 @@ std::string Engine::build_message() {
   if (leaving) m.flags |= kFlagLeaving;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    // What the peers know of ours after this message: requests submitted after the swap
+    // above are still kQueued and do not count (see last_cycle_idle_).
+    announced_ = join_op_ != nullptr;
+    completions_at_message_ = completions_;
+    for (auto& [name, op] : local_)
+      if (op->state != Op::kQueued) announced_ = true;
     for (auto& [name, op] : local_)
       if (op->state == Op::kCached) {
         size_t id = static_cast<size_t>(op->cache_id);
@@ -846,7 +852,10 @@ Status Engine::process(const std::vector<std::string>& raw) {
   last_cycle_end_ = now_s();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    last_cycle_idle_ = responses.empty() && !local_.empty();
+    // Idle means: nothing finished (negotiated or eager) although this rank had announced requests. A request that
+    // arrived during the cycle (still kQueued) does not make it idle: counting it would let
+    // both ranks hold new work waiting for the other's cycle for a whole cycle time.
+    last_cycle_idle_ = announced_ && completions_ == completions_at_message_;
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -1180,6 +1189,7 @@ void Engine::complete(const std::string& name, Status s) {
   if (it == local_.end()) return;
   auto op = it->second;
   local_.erase(it);
+  ++completions_;
   if (!s) {
     Error e = s.error();
     e.message = "rank " + std::to_string(opts_.rank) + ": " + e.message;

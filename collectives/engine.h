@@ -185,7 +185,9 @@ class Engine {
   // Cached names some ranks have sent and others not: since when, and the ranks missing.
   std::map<std::string, std::pair<double, std::vector<int>>> cached_partial_;
   double last_cycle_end_ = 0;
-  bool last_cycle_idle_ = false;  // it ran nothing while requests were pending
+  bool last_cycle_idle_ = false;  // it ran nothing while requests of ours were announced
+  bool announced_ = false;        // the last message left requests of ours known to peers
+  uint64_t completions_ = 0, completions_at_message_ = 0;  // under mu_
   bool stall_warned_ = false;
 };
 

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   }
   try {
     // On a remote host, started by hvdrun over SSH: the job arrives on stdin.
-    if (argc == 2 && std::string(argv[1]) == "--agent") return hvdrun::run_agent_mode();
+    if (argc >= 2 && std::string(argv[1]) == "--agent")
+      return hvdrun::run_agent_mode(std::vector<std::string>(argv + 2, argv + argc));
     auto parsed = hvdrun::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     if (!parsed) {
       std::fprintf(stderr, "hvdrun: %s\n", parsed.error().message.c_str());

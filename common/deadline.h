@@ -14,4 +14,9 @@ inline SteadyClock::duration seconds_to_duration(double s) {
 
 inline SteadyClock::time_point deadline_in(double s) { return SteadyClock::now() + seconds_to_duration(s); }
 
+// Seconds left until `deadline` (negative once it has passed).
+inline double seconds_until(SteadyClock::time_point deadline) {
+  return std::chrono::duration<double>(deadline - SteadyClock::now()).count();
+}
+
 }  // namespace hvdrun

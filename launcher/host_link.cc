@@ -17,8 +17,10 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "launcher/exit_status.h"
+#include "common/deadline.h"
 #include "common/net.h"
 #include "common/socket_io.h"
 #include "common/strings.h"
@@ -31,8 +33,22 @@ namespace hvdrun {
 
 namespace {
 
+// libssh's blocking calls (handshake, authentication, channel requests, the exit status,
+// closing) wait at most the session's time-out: set before each, so that together they
+// keep one deadline.
+void set_session_timeout(ssh_session s, double seconds) {
+  seconds = std::max(seconds, 0.001);
+  long sec = static_cast<long>(seconds);
+  long usec = static_cast<long>((seconds - static_cast<double>(sec)) * 1e6);
+  ssh_options_set(s, SSH_OPTIONS_TIMEOUT, &sec);
+  ssh_options_set(s, SSH_OPTIONS_TIMEOUT_USEC, &usec);
+}
+
+constexpr double kCloseTimeout = 1;  // closing a channel or session to a host that vanished
+
 struct SessionFree {
   void operator()(ssh_session s) const {
+    set_session_timeout(s, kCloseTimeout);
     ssh_disconnect(s);
     ssh_free(s);
   }
@@ -70,7 +86,11 @@ std::string connect_cause(const std::string& raw) {
 }
 
 class SshLink : public HostLink {
+  static constexpr double kExitStatusWait = 2;
+
  public:
+  ~SshLink() override { set_session_timeout(session_.get(), kCloseTimeout); }  // before the channel closes
+
   SshLink(Session s, Channel c, std::string label) : session_(std::move(s)), channel_(std::move(c)), label_(std::move(label)) {}
   const std::string& label() const override { return label_; }
 
@@ -103,7 +123,11 @@ class SshLink : public HostLink {
     return err_;
   }
 
+  // Only once the agent's side has ended (EOF or closed): libssh would otherwise wait for
+  // an exit status that a silent host never sends. The status follows the EOF closely.
   std::optional<int> exit_status() override {
+    if (ssh_channel_is_open(channel_.get()) && !ssh_channel_is_eof(channel_.get())) return std::nullopt;
+    set_session_timeout(session_.get(), kExitStatusWait);
     int st = ssh_channel_get_exit_status(channel_.get());
     if (st < 0) return std::nullopt;
     return st;
@@ -147,16 +171,24 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   int no = 0;
   ssh_options_set(ss, SSH_OPTIONS_PROCESS_CONFIG, &no);
   if (s.port > 0) ssh_options_set(ss, SSH_OPTIONS_PORT, &s.port);
-  long timeout = std::max(1L, static_cast<long>(std::ceil(s.connect_timeout)));
-  ssh_options_set(ss, SSH_OPTIONS_TIMEOUT, &timeout);
   unsigned int port = 22;
   ssh_options_get_port(ss, &port);
   std::string label = host + ":" + std::to_string(port);
+  // Every blocking step below keeps one deadline: a host that stops answering half-way
+  // (a network cut during the handshake or the authentication) fails in time too.
+  auto deadline = deadline_in(s.connect_timeout);
+  auto timed_out = [&](const char* during) -> std::optional<Error> {
+    if (seconds_until(deadline) > 0) return std::nullopt;
+    return error_of(ErrorKind::kUnreachableHost, label + ": connection timed out (" + during + ")");
+  };
+  auto bound = [&] { set_session_timeout(ss, seconds_until(deadline)); };
 
+  bound();
   if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
   fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
 
   if (s.host_key_policy != HostKeyPolicy::kNo) {
+    bound();
     switch (ssh_session_is_known_server(ss)) {
       case SSH_KNOWN_HOSTS_OK:
         break;
@@ -184,17 +216,28 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
       return make_error(label + ": cannot read the identity file " + s.identity_file +
                         " (missing, unreadable, or protected by a passphrase)");
     Key key(raw);
+    bound();
     rc = ssh_userauth_publickey(ss, nullptr, key.get());
   } else {
+    bound();
     rc = ssh_userauth_publickey_auto(ss, nullptr, nullptr);
   }
-  if (rc != SSH_AUTH_SUCCESS) return make_error(ErrorKind::kAuth, label + ": authentication failed (publickey)");
+  if (rc != SSH_AUTH_SUCCESS) {
+    if (auto e = timed_out("authentication")) return *e;
+    return make_error(ErrorKind::kAuth, label + ": authentication failed (publickey)");
+  }
 
+  bound();
   Channel channel(ssh_channel_new(ss));
-  if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK)
+  if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
+    if (auto e = timed_out("opening a session channel")) return *e;
     return make_error(label + ": cannot open a session channel: " + ssh_get_error(ss));
-  if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK)
+  }
+  bound();
+  if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
+    if (auto e = timed_out("starting the agent")) return *e;
     return make_error(label + ": cannot run the agent: " + ssh_get_error(ss));
+  }
   return std::unique_ptr<HostLink>(new SshLink(std::move(session), std::move(channel), label));
 }
 

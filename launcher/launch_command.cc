@@ -2,6 +2,7 @@
 
 #include "launcher/exit_status.h"
 
+#include <cstdio>
 #include <wordexp.h>
 
 #include <algorithm>
@@ -38,19 +39,31 @@ Result<std::vector<std::string>> split_command_line(const std::string& line, con
   return argv;
 }
 
+std::vector<std::string> agent_words(double start_timeout) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "--start-timeout=%g", start_timeout);
+  return {"--agent", buf};
+}
+
+std::string ssh_remote_command(const std::string& remote_hvdrun, double start_timeout) {
+  std::string line = "exec " + shell_quote(remote_hvdrun);
+  for (const auto& w : agent_words(start_timeout)) line += " " + w;
+  return line;
+}
+
 Result<std::vector<std::string>> ssh_command_argv(const std::string& ssh_command, int port,
                                                   const std::string& identity_file, const std::string& host,
-                                                  const std::string& remote_hvdrun) {
+                                                  const std::string& remote_hvdrun, double start_timeout) {
   auto argv = split_command_line(ssh_command, "--ssh-command");
   if (!argv) return argv.error();
   if (port > 0) argv->insert(argv->end(), {"-p", std::to_string(port)});
   if (!identity_file.empty()) argv->insert(argv->end(), {"-i", identity_file});
-  argv->insert(argv->end(), {"--", host, "exec " + shell_quote(remote_hvdrun) + " --agent"});
+  argv->insert(argv->end(), {"--", host, ssh_remote_command(remote_hvdrun, start_timeout)});
   return argv;
 }
 
 Result<std::vector<std::string>> template_argv(const std::string& launch_command, const std::string& host,
-                                               const std::string& remote_hvdrun) {
+                                               const std::string& remote_hvdrun, double start_timeout) {
   // {host} is marked before splitting (a shell splitter refuses braces), placed after.
   const std::string mark = "\x01host\x01";
   std::string marked = launch_command;
@@ -65,18 +78,22 @@ Result<std::vector<std::string>> template_argv(const std::string& launch_command
       placed = true;
     }
   if (!placed) argv->insert(argv->end(), {"--", host});
-  argv->insert(argv->end(), {remote_hvdrun, "--agent"});
+  argv->push_back(remote_hvdrun);
+  for (auto& w : agent_words(start_timeout)) argv->push_back(std::move(w));
   return argv;
 }
 
-std::vector<std::string> srun_argv(const std::vector<std::string>& nodes, const std::string& remote_hvdrun) {
+std::vector<std::string> srun_argv(const std::vector<std::string>& nodes, const std::string& remote_hvdrun,
+                                   double start_timeout) {
   std::string n = std::to_string(nodes.size()), list;
   for (const auto& h : nodes) list += (list.empty() ? "" : ",") + h;
   // As Open MPI's plm/slurm starts its daemons: no PMI, no binding (the ranks are the
   // agents' children and would inherit it), a task dying badly ends the step.
-  return {"srun",          "--nodes=" + n,        "--ntasks=" + n, "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-          "--nodelist=" + list, "--mpi=none", "--cpu-bind=none", "--input=none", "--label",
-          "--job-name=hvdrun-agents", "--", remote_hvdrun, "--agent"};
+  std::vector<std::string> argv = {"srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1",
+                                   "--kill-on-bad-exit=1", "--nodelist=" + list, "--mpi=none", "--cpu-bind=none",
+                                   "--input=none", "--label", "--job-name=hvdrun-agents", "--", remote_hvdrun};
+  for (auto& w : agent_words(start_timeout)) argv.push_back(std::move(w));
+  return argv;
 }
 
 }  // namespace hvdrun

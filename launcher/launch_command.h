@@ -20,20 +20,30 @@ std::string shell_quote(const std::string& word);
 // option in errors.
 Result<std::vector<std::string>> split_command_line(const std::string& line, const std::string& what);
 
-// --ssh-command: `CMD [-p PORT] [-i FILE] -- HOST 'exec AGENT --agent'` (ssh runs the last
-// word through the remote shell). `--` keeps a host from ever being read as an option.
+// The agent's own words after its path: `--agent --start-timeout=S`. The agent waits for
+// the job and the start at most S (and a margin) from its own start, so that an agent whose
+// launcher vanished during start-up (a network cut sends no FIN) does not linger.
+std::vector<std::string> agent_words(double start_timeout);
+
+// --ssh-command: `CMD [-p PORT] [-i FILE] -- HOST 'exec AGENT --agent --start-timeout=S'`
+// (ssh runs the last word through the remote shell). `--` keeps a host from ever being
+// read as an option.
 Result<std::vector<std::string>> ssh_command_argv(const std::string& ssh_command, int port,
                                                   const std::string& identity_file, const std::string& host,
-                                                  const std::string& remote_hvdrun);
+                                                  const std::string& remote_hvdrun, double start_timeout);
+
+// The remote shell command of the libssh starter: `exec AGENT --agent --start-timeout=S`.
+std::string ssh_remote_command(const std::string& remote_hvdrun, double start_timeout);
 
 // --launch-command: every `{host}` replaced by the host; without one, `-- HOST` appended.
 // Then the agent's command as words of its own (AGENT --agent): exec-style launchers
 // (kubectl exec) run them without a shell.
 Result<std::vector<std::string>> template_argv(const std::string& launch_command, const std::string& host,
-                                               const std::string& remote_hvdrun);
+                                               const std::string& remote_hvdrun, double start_timeout);
 
 // One agent per node in one step: srun --nodes=N --ntasks=N --ntasks-per-node=1
 // --kill-on-bad-exit=1 --nodelist=... -- AGENT --agent.
-std::vector<std::string> srun_argv(const std::vector<std::string>& nodes, const std::string& remote_hvdrun);
+std::vector<std::string> srun_argv(const std::vector<std::string>& nodes, const std::string& remote_hvdrun,
+                                   double start_timeout);
 
 }  // namespace hvdrun

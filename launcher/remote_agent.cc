@@ -176,7 +176,26 @@ std::vector<std::string> slurm_node_env(const std::vector<std::string>& env) {
 
 }  // namespace
 
-int run_agent_mode() {
+int run_agent_mode(const std::vector<std::string>& args) {
+  double start_timeout = 30;
+  for (const auto& a : args) {
+    if (!starts_with(a, "--start-timeout=")) {
+      std::fprintf(stderr, "hvdrun: --agent: unexpected argument '%s' (expected --start-timeout=SECONDS)\n",
+                   printable(a).c_str());
+      return 2;
+    }
+    auto v = parse_double(a.substr(16), "--agent --start-timeout", 0.001, 1e7);
+    if (!v) {
+      std::fprintf(stderr, "hvdrun: %s\n", v.error().message.c_str());
+      return 2;
+    }
+    start_timeout = *v;
+  }
+  // The launcher sends the job once every host has said hello, and the start once every
+  // host is ready: both within its --start-timeout of starting us (a margin for the
+  // starter's own time). A launcher gone silent meanwhile (a network cut sends no FIN) is
+  // given up then, not after an hour.
+  auto start_deadline = deadline_in(start_timeout + 10);
   std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
   std::string node = node_name();
   UniqueFd sock;
@@ -210,7 +229,7 @@ int run_agent_mode() {
 
   agentwire::FrameReader reader;
   // The launcher sends the job once every host has said hello: it may wait for the slowest.
-  auto jf = read_frame(in_fd, reader, 3600);
+  auto jf = read_frame(in_fd, reader, seconds_until(start_deadline));
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
@@ -238,7 +257,7 @@ int run_agent_mode() {
   if (!watchdog) return setup_error(watchdog.error().message, ErrorKind::kLaunchFailed);
   if (!link.send(Type::kReady, "")) return 1;
 
-  auto sf = read_frame(in_fd, reader, 3600);
+  auto sf = read_frame(in_fd, reader, seconds_until(start_deadline));
   if (!sf || sf->type != Type::kStart) {
     watchdog->disarm();
     return 0;  // the launcher stopped before the start: nothing was started

@@ -15,7 +15,8 @@
 
 namespace hvdrun {
 
-// The agent's main; returns its exit code.
-int run_agent_mode();
+// The agent's main, given its words after `--agent` (`--start-timeout=S`: how long its
+// launcher may take to send the job and the start; 30 s without it); returns its exit code.
+int run_agent_mode(const std::vector<std::string>& args);
 
 }  // namespace hvdrun

@@ -42,13 +42,14 @@ class SshStarter : public AgentStarter {
   explicit SshStarter(StarterSettings s) : s_(std::move(s)) {}
   Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point deadline) override {
     if (!s_.ssh_command.empty()) {
-      auto argv = ssh_command_argv(s_.ssh_command, s_.ssh.port, s_.ssh.identity_file, host, s_.remote_hvdrun);
+      auto argv = ssh_command_argv(s_.ssh_command, s_.ssh.port, s_.ssh.identity_file, host, s_.remote_hvdrun,
+                                   s_.start_timeout);
       if (!argv) return argv.error();
       return open_command_link(*argv, host);
     }
     SshSettings ssh = s_.ssh;
     ssh.connect_timeout = std::max(0.001, std::chrono::duration<double>(deadline - Clock::now()).count());
-    return open_ssh_link(host, ssh, "exec " + shell_quote(s_.remote_hvdrun) + " --agent");
+    return open_ssh_link(host, ssh, ssh_remote_command(s_.remote_hvdrun, s_.start_timeout));
   }
 
  private:
@@ -59,7 +60,7 @@ class TemplateStarter : public AgentStarter {
  public:
   explicit TemplateStarter(StarterSettings s) : s_(std::move(s)) {}
   Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point) override {
-    auto argv = template_argv(s_.launch_command, host, s_.remote_hvdrun);
+    auto argv = template_argv(s_.launch_command, host, s_.remote_hvdrun, s_.start_timeout);
     if (!argv) return argv.error();
     return open_command_link(*argv, host);
   }
@@ -181,7 +182,7 @@ class SrunStarter : public AgentStarter {
         if (!i.v6 && i.addr.rfind("127.", 0) != 0) addrs += (addrs.empty() ? "" : ",") + i.addr;
     addrs += std::string(addrs.empty() ? "" : ",") + "127.0.0.1";
 
-    auto argv = srun_argv(hosts, s_.remote_hvdrun);
+    auto argv = srun_argv(hosts, s_.remote_hvdrun, s_.start_timeout);
     const char* path = std::getenv("PATH");
     auto exe = resolve_program(argv[0], path ? path : "");
     if (!exe) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)");

@@ -465,6 +465,39 @@ TEST(Cluster, AHostThatNeverAnswersFailsWithinTheStartTimeout) {
   EXPECT_LT(took, 20) << "the start time-out was not kept";  // a bound on a hang, not a speed test
 }
 
+TEST(Cluster, ANetworkCutDuringStartUpFailsWithinTheStartTimeoutAndLeavesNoAgent) {
+  REQUIRE_CLUSTER();
+  // h3's cable is pulled after sshd started the agent and before the agent speaks: its
+  // hello, and every packet after, vanish; nobody sends a FIN.
+  std::string dir = make_temp_dir();
+  std::string wrapper = dir + "/hvdrun-wrapper";
+  std::ofstream(wrapper) << "#!/bin/sh\ntouch " << dir << "/started\nwhile [ ! -e " << dir
+                         << "/cut ]; do sleep 0.05; done\nexec " << kHvdrun << " \"$@\"\n";
+  chmod(wrapper.c_str(), 0755);
+  auto start = std::chrono::steady_clock::now();
+  Process p({kHvdrun, "-np", "2", "-H", "localhost:1,h3:1", "--start-timeout", "4", "--remote-hvdrun", wrapper, "true"},
+            {{"HOME", Cluster::home()}});
+  bool started = wait_until([&] { return std::filesystem::exists(dir + "/started"); }, 20);
+  sh("ip link set hvdv3 down");
+  std::ofstream(dir + "/cut") << "";
+  auto o = p.wait(60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bool agent_gone = wait_until([] { return leftovers().empty(); }, 20);
+  std::string left = leftovers();
+  sh("ip link set hvdv3 up");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(started) << "the agent was never started: " << o.err;
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 3) << o.err;  // could not start (man page, EXIT STATUS)
+  EXPECT_NE(o.err.find("h3:22: no answer from the agent within --start-timeout (4 s)"), std::string::npos) << o.err;
+  // The start time-out is kept: nothing after it waits on the silent host (the agent's
+  // exit status used to, for as long again). A bound on a hang, not a speed test.
+  EXPECT_LT(took, 4 + 2.5) << o.err;
+  // The agent, whose launcher vanished before sending the job, gives it up once the
+  // start time-out has passed (it used to wait an hour).
+  EXPECT_TRUE(agent_gone) << "left on h3: " << left;
+}
+
 TEST(Cluster, KeysFromTheSshAgent) {
   REQUIRE_CLUSTER();
   // A home with no key files at all: only the agent holds the key.

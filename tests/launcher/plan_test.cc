@@ -108,36 +108,36 @@ TEST(Plan, BadCombinationsAreOneLineUsageErrors) {
 }
 
 TEST(LaunchCommand, SshCommandPutsDashDashBeforeTheHost) {
-  auto a = ssh_command_argv("ssh -o 'ProxyJump=gw 1'", 2222, "/k", "-oProxyCommand=x", "/opt/my dir/hvdrun");
+  auto a = ssh_command_argv("ssh -o 'ProxyJump=gw 1'", 2222, "/k", "-oProxyCommand=x", "/opt/my dir/hvdrun", 30);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(*a, (std::vector<std::string>{"ssh", "-o", "ProxyJump=gw 1", "-p", "2222", "-i", "/k", "--",
-                                          "-oProxyCommand=x", "exec '/opt/my dir/hvdrun' --agent"}));
-  EXPECT_FALSE(ssh_command_argv("ssh $(evil)", 0, "", "h", "/h").ok());
-  EXPECT_FALSE(ssh_command_argv("", 0, "", "h", "/h").ok());
+                                          "-oProxyCommand=x", "exec '/opt/my dir/hvdrun' --agent --start-timeout=30"}));
+  EXPECT_FALSE(ssh_command_argv("ssh $(evil)", 0, "", "h", "/h", 30).ok());
+  EXPECT_FALSE(ssh_command_argv("", 0, "", "h", "/h", 30).ok());
 }
 
 TEST(LaunchCommand, TemplatePlacesTheHostAndTheAgentsWords) {
-  auto a = template_argv("kubectl exec -i {host} --", "worker-1", "/usr/bin/hvdrun");
+  auto a = template_argv("kubectl exec -i {host} --", "worker-1", "/usr/bin/hvdrun", 2.5);
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(*a, (std::vector<std::string>{"kubectl", "exec", "-i", "worker-1", "--", "/usr/bin/hvdrun", "--agent"}));
-  a = template_argv("docker exec -i job-{host}", "w1", "hvdrun");
-  EXPECT_EQ(*a, (std::vector<std::string>{"docker", "exec", "-i", "job-w1", "hvdrun", "--agent"}));
+  EXPECT_EQ(*a, (std::vector<std::string>{"kubectl", "exec", "-i", "worker-1", "--", "/usr/bin/hvdrun", "--agent", "--start-timeout=2.5"}));
+  a = template_argv("docker exec -i job-{host}", "w1", "hvdrun", 2.5);
+  EXPECT_EQ(*a, (std::vector<std::string>{"docker", "exec", "-i", "job-w1", "hvdrun", "--agent", "--start-timeout=2.5"}));
   // No {host}: `-- HOST` appended, as for --ssh-command.
-  a = template_argv("rsh-like -x", "-n1", "hvdrun");
-  EXPECT_EQ(*a, (std::vector<std::string>{"rsh-like", "-x", "--", "-n1", "hvdrun", "--agent"}));
-  auto bad = template_argv("kubectl exec `x` {host}", "h", "hvdrun");
+  a = template_argv("rsh-like -x", "-n1", "hvdrun", 2.5);
+  EXPECT_EQ(*a, (std::vector<std::string>{"rsh-like", "-x", "--", "-n1", "hvdrun", "--agent", "--start-timeout=2.5"}));
+  auto bad = template_argv("kubectl exec `x` {host}", "h", "hvdrun", 2.5);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("--launch-command 'kubectl exec `x` {host}': expected a command line"),
             std::string::npos);
 }
 
 TEST(LaunchCommand, SrunStartsOneAgentPerNode) {
-  auto a = srun_argv({"n1", "n2", "n5"}, "/opt/hvdrun");
+  auto a = srun_argv({"n1", "n2", "n5"}, "/opt/hvdrun", 45);
   std::string line;
   for (const auto& w : a) line += w + " ";
   EXPECT_EQ(line,
             "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --kill-on-bad-exit=1 --nodelist=n1,n2,n5 --mpi=none "
-            "--cpu-bind=none --input=none --label --job-name=hvdrun-agents -- /opt/hvdrun --agent ");
+            "--cpu-bind=none --input=none --label --job-name=hvdrun-agents -- /opt/hvdrun --agent --start-timeout=45 ");
 }
 
 }  // namespace

@@ -691,6 +691,14 @@ std::string Engine::describe_mismatch(const std::string& name, const std::vector
   return "";
 }
 
+std::string Engine::oldest_pending_name() {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Op* oldest = nullptr;
+  for (auto& [name, op] : local_)
+    if (op->req.spec.kind != OpKind::kJoin && (!oldest || op->submitted < oldest->submitted)) oldest = op.get();
+  return oldest ? oldest->req.spec.name : "";
+}
+
 Status Engine::process(const std::vector<std::string>& raw) {
   const int n = opts_.size;
   std::vector<CycleMessage> msgs(n);
@@ -716,9 +724,14 @@ Status Engine::process(const std::vector<std::string>& raw) {
   for (int r = 0; r < n; ++r)
     if (msgs[r].flags & kFlagLeaving) {
       std::string host = r < static_cast<int>(opts_.hosts.size()) ? " (host " + opts_.hosts[r] + ")" : "";
-      return Error{r == opts_.rank ? "hvd_shutdown was called with this operation pending"
-                                   : "rank " + std::to_string(r) + host + " called hvd_shutdown; collectives with it are over",
-                   HVD_ERR_PEER};
+      if (r == opts_.rank) return Error{"hvd_shutdown was called with this operation pending", HVD_ERR_PEER};
+      std::string who = "rank " + std::to_string(r) + host;
+      // This rank still waits on the one that left: that rank is the job's failure (it
+      // submitted fewer collectives than this one), whatever this rank then does.
+      if (std::string pending = oldest_pending_name(); !pending.empty() && opts_.on_fatal)
+        opts_.on_fatal(who + " called hvd_shutdown while this rank still waited on it in '" + pending + "' (rank " +
+                       std::to_string(r) + " submitted fewer collectives than this rank)");
+      return Error{who + " called hvd_shutdown; collectives with it are over", HVD_ERR_PEER};
     }
   for (int r = 0; r < n; ++r)
     if ((msgs[r].flags & kFlagJoined) && !joined_[r]) {

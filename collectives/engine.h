@@ -73,6 +73,9 @@ struct EngineOptions {
   std::function<Result<GpuCollectives*>()> gpu;
   // Rank 0: a stall report (one line per name) for hvdrun; `fatal` when past shutdown.
   std::function<void(const std::string& report, bool fatal)> on_stall;
+  // A failure that is another rank's doing, for hvdrun's report (the job ends): a rank
+  // called hvd_shutdown while this one still waited on it.
+  std::function<void(const std::string& message)> on_fatal;
   Timeline* timeline = nullptr;  // optional
 };
 
@@ -134,6 +137,7 @@ class Engine {
   bool run_eager(size_t id, const std::vector<CycleMessage>& msgs,
                  const std::vector<std::unordered_map<size_t, size_t>>& eager_at);
   Status process(const std::vector<std::string>& messages);
+  std::string oldest_pending_name();  // of this rank's requests ("" when none)
   void execute(std::vector<Response>& responses);
   Status run_allreduce_batch(std::vector<Response*>& batch);
   Status run_one(Response& r);

@@ -237,6 +237,7 @@ Status Runtime::start_engine() {
     (void)client_->set(fatal ? "hvdrun/stall/shutdown" : "hvdrun/stall/warning", report);
     if (fatal) (void)client_->report_fatal("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS:\n" + report);
   };
+  o.on_fatal = [this](const std::string& m) { report_fatal(m); };
   std::string tl = tunable_string("HVDRUN_TIMELINE");
   if (!tl.empty()) {
     auto t = Timeline::open(tl, view_.rank, view_.host, tunable_string("HVDRUN_TIMELINE_MARK_CYCLES") == "1");

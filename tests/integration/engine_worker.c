@@ -7,6 +7,8 @@
  *   engine_worker stall      rank 1 submits "late.tensor" 2.5 s after the others
  *   engine_worker stallforever  rank 1 never submits "late.tensor"
  *   engine_worker die        rank 1 is SIGKILLed while the others have handles pending
+ *   engine_worker fewer      rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
+ *                            and exits 0; the others' "f2" fails and they exit 1
  *   engine_worker steps N    N steps of 20 async allreduces (for the timeline) */
 #include <hvdrun/hvdrun.h>
 #include <signal.h>
@@ -250,6 +252,16 @@ int main(int argc, char** argv) {
       if (hvd_wait(h[i]) == HVD_ERR_PEER) ++failed;
     fprintf(stderr, "rank %d: %d pending handles failed: %s\n", r, failed, hvd_last_error());
     return failed == 8 ? 5 : 4;
+  } else if (!strcmp(argv[1], "fewer")) {
+    for (int i = 0; i < (r == 1 ? 2 : 3); ++i) {
+      char name[16];
+      float v = 1, s;
+      hvd_handle_t h;
+      snprintf(name, sizeof name, "f%d", i);
+      CHECK(hvd_allreduce_async(name, &v, &s, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h));
+      CHECK(hvd_wait(h));
+    }
+    printf("rank %d fewer done\n", r);
   } else if (!strcmp(argv[1], "steps")) {
     int steps = argc > 2 ? atoi(argv[2]) : 3;
     float buf[20][256], out[20][256];

@@ -16,6 +16,7 @@
 #include "common/log_limiter.h"
 #include "common/strings.h"
 #include "rendezvous/auth.h"
+#include "rendezvous/horovod_http.h"
 #include "rendezvous/protocol.h"
 
 namespace hvdrun::rdv {
@@ -106,6 +107,9 @@ struct Server::Impl {
   asio::steady_timer log_flush_timer{io};
   asio::steady_timer accept_backoff{io};
   std::chrono::milliseconds accept_delay{0};
+
+  // hvdrun --horovod (after `io`: destroyed before it).
+  std::unique_ptr<HorovodHttpServer> horovod;
 
   std::atomic<int> registered{0};
   std::atomic<int> rejected{0};
@@ -673,6 +677,30 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
                           std::to_string(impl->opts.port) + ": " + ec.message(),
                       3);
   ::fcntl(impl->acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
+  if (impl->opts.horovod.enabled) {
+    const HorovodServing& hs = impl->opts.horovod;
+    auto allowed = PeerAllowList::from(hs.allowed_peers, hs.allow_loopback);
+    if (!allowed) return make_error("rendezvous: " + allowed.error().message);
+    std::vector<std::string> hosts;
+    std::vector<int> local_ranks;
+    for (const auto& r : impl->opts.ranks) {
+      hosts.push_back(r.host);
+      local_ranks.push_back(r.local_rank);
+    }
+    HorovodHttpOptions ho;
+    ho.bind_address = impl->opts.bind_address;
+    ho.allowed = std::move(*allowed);
+    ho.scope_sizes = horovod_scope_sizes(hosts, local_ranks);
+    ho.limits = hs.limits;
+    ho.request_timeout = hs.request_timeout;
+    ho.max_connections = hs.max_connections;
+    Impl* p = impl.get();
+    auto h = HorovodHttpServer::listen(impl->io, std::move(ho), [p](const std::string& kind, const std::string& line) {
+      p->warn(kind, line);
+    });
+    if (!h) return h.error();
+    impl->horovod = std::move(*h);
+  }
   impl->address = impl->opts.bind_address;
   impl->port = impl->acceptor.local_endpoint().port();
   impl->accept();
@@ -711,6 +739,8 @@ Server::~Server() {
 
 const std::string& Server::address() const { return impl_->address; }
 int Server::port() const { return impl_->port; }
+int Server::horovod_port() const { return impl_->horovod ? impl_->horovod->port() : 0; }
+int Server::horovod_refused() const { return impl_->horovod ? impl_->horovod->refused() : 0; }
 int Server::registered() const { return impl_->registered; }
 int Server::rejected() const { return impl_->rejected; }
 int Server::waiting() const { return impl_->open_waits; }

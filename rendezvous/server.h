@@ -10,12 +10,24 @@
 #include <vector>
 
 #include "common/result.h"
+#include "rendezvous/horovod_store.h"
 
 namespace hvdrun::rdv {
 
 struct ExpectedRank {
   std::string host;
   int local_rank = 0;
+};
+
+// hvdrun --horovod: Horovod's Gloo rendezvous store, served over HTTP on another port of
+// the same address, on the server's thread (rendezvous/horovod_http.h).
+struct HorovodServing {
+  bool enabled = false;
+  std::vector<std::string> allowed_peers;  // besides loopback: the job's hosts' addresses
+  bool allow_loopback = true;              // false only in tests (to see a refusal on loopback)
+  HorovodStoreLimits limits;
+  double request_timeout = 10;  // seconds for a whole request to arrive
+  size_t max_connections = 1024;
 };
 
 struct ServerOptions {
@@ -25,6 +37,7 @@ struct ServerOptions {
   std::vector<ExpectedRank> ranks;   // index = rank; size = job size
   double handshake_timeout = 10;     // seconds for a new connection to authenticate
   double start_timeout = 30;         // seconds for every rank to register; <= 0: none
+  HorovodServing horovod;
 };
 
 struct ServerCallbacks {
@@ -48,6 +61,8 @@ class Server {
 
   const std::string& address() const;
   int port() const;
+  int horovod_port() const;     // the Horovod store's port; 0 when not served
+  int horovod_refused() const;  // its refused connections and error answers; thread-safe
   int registered() const;       // thread-safe
   int rejected() const;         // connections refused (auth, garbage, limits); thread-safe
   int waiting() const;          // waits and barriers not answered yet; thread-safe

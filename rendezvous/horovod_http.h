@@ -1,0 +1,56 @@
+// hvdrun --horovod: Horovod's Gloo rendezvous store (rendezvous/horovod_store.h) served
+// over HTTP/1.1 with Boost.Beast, on the rendezvous server's Asio thread. One request per
+// connection, as Horovod's client sends them (the answer says Connection: close).
+//
+// Hardened for a server without authentication:
+//   - a peer not on the allow-list gets 403 and the connection is closed;
+//   - the request (headers and body) must arrive within `request_timeout` (else 408), its
+//     header within 8 KiB (else 431), its body within the value limit (else 413);
+//   - at most `max_connections` are open at once; more wait in the listen backlog;
+//   - malformed HTTP gets 400; nothing a client sends stops the server.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "rendezvous/horovod_store.h"
+
+namespace hvdrun::rdv {
+
+struct HorovodHttpOptions {
+  std::string bind_address = "127.0.0.1";
+  int port = 0;  // 0: chosen by the OS
+  PeerAllowList allowed;
+  std::map<std::string, int> scope_sizes;
+  HorovodStoreLimits limits;
+  double request_timeout = 10;  // seconds for a whole request to arrive
+  size_t max_connections = 1024;
+};
+
+class HorovodHttpServer {
+ public:
+  // (kind, line): a warning, rate-limited by kind by the caller.
+  using Warn = std::function<void(const std::string& kind, const std::string& line)>;
+
+  // Listens at once; serves from `io`'s thread. Destroy it on that thread or once `io`
+  // no longer runs, before `io` itself.
+  static Result<std::unique_ptr<HorovodHttpServer>> listen(boost::asio::io_context& io, HorovodHttpOptions options,
+                                                           Warn warn);
+  ~HorovodHttpServer();
+  HorovodHttpServer(const HorovodHttpServer&) = delete;
+  HorovodHttpServer& operator=(const HorovodHttpServer&) = delete;
+
+  int port() const;
+  int refused() const;  // connections refused (not a job host) or requests answered with an error
+
+  struct State;
+
+ private:
+  explicit HorovodHttpServer(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace hvdrun::rdv

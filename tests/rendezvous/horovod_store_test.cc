@@ -1,0 +1,405 @@
+// hvdrun --horovod: Horovod's Gloo rendezvous store. The pure store and allow-list, then
+// the HTTP server in the rendezvous server with real sockets, spoken to with the bytes
+// Horovod 0.28.1's client (third_party/HTTPRequest, used by common/gloo/http_store.cc)
+// sends: "METHOD /scope/key HTTP/1.1\r\nHost: ADDR\r\nContent-Length: N\r\n\r\nBODY".
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <gtest/gtest.h>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/horovod_store.h"
+#include "rendezvous/server.h"
+
+namespace hvdrun::rdv {
+namespace {
+
+using std::chrono::steady_clock;
+
+// ---- The pure store -------------------------------------------------------------------
+
+TEST(HorovodStoreTarget, SplitsExactlyScopeAndKey) {
+  auto a = split_store_target("/global/0");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->first, "global");
+  EXPECT_EQ(a->second, "0");
+  auto e = split_store_target("/local_node1/");  // Horovod: an empty key is a key
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->first, "local_node1");
+  EXPECT_EQ(e->second, "");
+  for (const char* bad : {"", "/", "/global", "global/0", "/a/b/c", "//a/b"}) {
+    auto r = split_store_target(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find("expected /SCOPE/KEY"), std::string::npos) << r.error().message;
+    }
+  }
+}
+
+TEST(HorovodStore, PutGetAndMissingKey) {
+  HorovodStore s({{"global", 2}});
+  EXPECT_EQ(s.handle("GET", "/global/0", ""), (HttpAnswer{404, ""}));
+  EXPECT_EQ(s.handle("PUT", "/global/0", std::string("a\0b", 3)), (HttpAnswer{200, ""}));
+  EXPECT_EQ(s.handle("GET", "/global/0", ""), (HttpAnswer{200, std::string("a\0b", 3)}));
+  EXPECT_EQ(s.handle("GET", "/other/0", ""), (HttpAnswer{404, ""}));  // scopes are apart
+  EXPECT_EQ(s.handle("PUT", "/global/0", "new"), (HttpAnswer{200, ""}));
+  EXPECT_EQ(s.handle("GET", "/global/0", "").body, "new");
+  EXPECT_EQ(s.keys(), 1u);
+}
+
+TEST(HorovodStore, JobScopeIsDroppedWhenEveryRankFinishedIt) {
+  HorovodStore s({{"global", 2}, {"local_a", 2}});
+  for (const char* t : {"/global/0", "/global/1", "/global/rank_0", "/local_a/0"})
+    ASSERT_EQ(s.handle("PUT", t, "v").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/global/0", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/global/0", "").status, 200);  // a retried DELETE counts once
+  EXPECT_EQ(s.handle("GET", "/global/1", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/global/1", "").status, 200);
+  EXPECT_EQ(s.handle("GET", "/global/0", "").status, 404);
+  EXPECT_EQ(s.handle("GET", "/global/rank_0", "").status, 404);
+  EXPECT_EQ(s.handle("GET", "/local_a/0", "").status, 200);  // other scopes stay
+  EXPECT_EQ(s.keys(), 1u);
+  // The next round (hvd.shutdown(); hvd.init()) starts from an empty scope and a new count.
+  ASSERT_EQ(s.handle("PUT", "/global/0", "w").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/global/0", "").status, 200);
+  EXPECT_EQ(s.handle("GET", "/global/0", "").body, "w");
+  EXPECT_EQ(s.handle("DELETE", "/global/1", "").status, 200);
+  EXPECT_EQ(s.handle("GET", "/global/0", "").status, 404);
+}
+
+TEST(HorovodStore, AdHocScopeDeletesTheKeyThenTheScope) {
+  HorovodStore s({{"global", 2}});
+  ASSERT_EQ(s.handle("PUT", "/global_process_set_hash_1f/0", "x").status, 200);
+  ASSERT_EQ(s.handle("PUT", "/global_process_set_hash_1f/1", "y").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/global_process_set_hash_1f/0", "").status, 200);
+  EXPECT_EQ(s.handle("GET", "/global_process_set_hash_1f/0", "").status, 404);
+  EXPECT_EQ(s.handle("GET", "/global_process_set_hash_1f/1", "").body, "y");
+  EXPECT_EQ(s.handle("DELETE", "/global_process_set_hash_1f/1", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/nothing/here", "").status, 200);  // as Horovod: nothing to do
+  EXPECT_EQ(s.keys(), 0u);
+  EXPECT_EQ(s.bytes(), 0u);
+}
+
+TEST(HorovodStore, BoundsAreErrorsAndTheStoreGoesOn) {
+  HorovodStoreLimits lim;
+  lim.max_value_bytes = 100;
+  lim.max_keys = 3;
+  lim.max_total_bytes = 3 * (HorovodStore::kEntryOverhead + 20 + 50);
+  HorovodStore s({}, lim);
+  auto big = s.handle("PUT", "/s/k", std::string(101, 'x'));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_NE(big.body.find("101 bytes exceeds the limit of 100 bytes"), std::string::npos) << big.body;
+  ASSERT_EQ(s.handle("PUT", "/s/k1", std::string(50, 'x')).status, 200);
+  ASSERT_EQ(s.handle("PUT", "/s/k2", std::string(50, 'x')).status, 200);
+  ASSERT_EQ(s.handle("PUT", "/s/k2", std::string(60, 'x')).status, 200);  // overwrite: one key still
+  EXPECT_EQ(s.keys(), 2u);
+  auto full = s.handle("PUT", "/s/k3", std::string(100, 'x'));
+  EXPECT_EQ(full.status, 507);
+  EXPECT_NE(full.body.find("over its limit of"), std::string::npos) << full.body;
+  ASSERT_EQ(s.handle("PUT", "/s/k3", "small").status, 200);
+  auto many = s.handle("PUT", "/s/k4", "x");
+  EXPECT_EQ(many.status, 507);
+  EXPECT_NE(many.body.find("more than 3 keys"), std::string::npos) << many.body;
+  EXPECT_EQ(s.handle("GET", "/s/k1", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/s/k1", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/s/k2", "").status, 200);
+  EXPECT_EQ(s.handle("DELETE", "/s/k3", "").status, 200);
+  EXPECT_EQ(s.bytes(), 0u);
+  auto longpath = s.handle("GET", "/s/" + std::string(3000, 'k'), "");
+  EXPECT_EQ(longpath.status, 414);
+}
+
+TEST(HorovodStore, OnlyGetPutDelete) {
+  HorovodStore s({});
+  for (const char* m : {"POST", "HEAD", "OPTIONS", "get", ""}) {
+    auto a = s.handle(m, "/s/k", "");
+    EXPECT_EQ(a.status, 405) << m;
+    EXPECT_NE(a.body.find("GET, PUT and DELETE"), std::string::npos);
+  }
+  EXPECT_EQ(s.handle("GET", "/a/b/c", "").status, 400);
+  EXPECT_EQ(s.handle("PUT", "/nokey", "v").status, 400);
+  EXPECT_EQ(s.handle("DELETE", "/", "").status, 400);
+}
+
+TEST(HorovodStore, ScopeSizesAsHorovodrun) {
+  // Two ranks on a, one on b.
+  auto s = horovod_scope_sizes({"a", "a", "b"}, {0, 1, 0});
+  std::map<std::string, int> want{{"global", 3}, {"local_a", 2}, {"local_b", 1}, {"cross_0", 2}, {"cross_1", 1}};
+  EXPECT_EQ(s, want);
+}
+
+TEST(PeerAllowList, LoopbackAndListedAddressesOnly) {
+  auto l = PeerAllowList::from({"10.1.2.3", "fd00::7", "fe80::1%eth0"});
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(l->allows("127.0.0.1"));
+  EXPECT_TRUE(l->allows("127.4.5.6"));
+  EXPECT_TRUE(l->allows("::1"));
+  EXPECT_TRUE(l->allows("10.1.2.3"));
+  EXPECT_TRUE(l->allows("::ffff:10.1.2.3"));  // a v4 peer on a dual-stack socket
+  EXPECT_TRUE(l->allows("fd00::7"));
+  EXPECT_TRUE(l->allows("fe80::1"));
+  EXPECT_FALSE(l->allows("10.1.2.4"));
+  EXPECT_FALSE(l->allows("::ffff:10.1.2.4"));
+  EXPECT_FALSE(l->allows("192.168.0.1"));
+  EXPECT_FALSE(l->allows("fd00::8"));
+  EXPECT_FALSE(l->allows("not an address"));
+  EXPECT_FALSE(l->allows(""));
+  auto noloop = PeerAllowList::from({"10.1.2.3"}, false);
+  ASSERT_TRUE(noloop.ok());
+  EXPECT_FALSE(noloop->allows("127.0.0.1"));
+  EXPECT_TRUE(noloop->allows("10.1.2.3"));
+  auto bad = PeerAllowList::from({"10.1.2.3", "node7"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'node7': not an IPv4 or IPv6 address"), std::string::npos);
+}
+
+// ---- Served over HTTP, real sockets -----------------------------------------------------
+
+struct Reply {
+  int status = 0;  // 0: no answer (closed or timed out)
+  std::string head, body;
+  double seconds = 0;
+};
+
+Reply parse_reply(const std::string& raw, double seconds) {
+  Reply r;
+  r.seconds = seconds;
+  size_t end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return r;
+  r.status = std::atoi(raw.c_str() + 9);
+  r.head = raw.substr(0, end);
+  r.body = raw.substr(end + 4);
+  return r;
+}
+
+UniqueFd connect_from(int port, const char* source = nullptr) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_TRUE(fd.valid());
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (source) {
+    inet_pton(AF_INET, source, &a.sin_addr);
+    EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
+  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may close early (an error answer): the reply says
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads until the server closes, or `timeout` s.
+Reply read_reply(int fd, double timeout, steady_clock::time_point t0 = steady_clock::now()) {
+  std::string raw;
+  auto deadline = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(std::chrono::duration<double>(timeout));
+  char buf[65536];
+  while (true) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - steady_clock::now()).count());
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, left) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  return parse_reply(raw, std::chrono::duration<double>(steady_clock::now() - t0).count());
+}
+
+// One request as Horovod's client sends it.
+std::string horovod_request(const std::string& method, const std::string& path, const std::string& body = "") {
+  return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+struct Served {
+  std::unique_ptr<Server> server;
+  explicit Served(int size, HorovodServing hs = {}) {
+    ServerOptions o;
+    o.secret = new_secret();
+    o.start_timeout = 0;
+    for (int r = 0; r < size; ++r) o.ranks.push_back({"node" + std::to_string(r / 2), r % 2});
+    hs.enabled = true;
+    o.horovod = hs;
+    auto s = Server::start(o, {});
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+    if (s.ok()) server = std::move(*s);
+  }
+  Reply request(const std::string& raw, double timeout = 10) {
+    auto fd = connect_from(server->horovod_port());
+    send_all(fd.get(), raw);
+    return read_reply(fd.get(), timeout);
+  }
+};
+
+TEST(HorovodHttp, NotServedUnlessAsked) {
+  ServerOptions o;
+  o.secret = new_secret();
+  o.ranks.push_back({"h", 0});
+  auto s = Server::start(o, {});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->horovod_port(), 0);
+}
+
+TEST(HorovodHttp, PutThenGetAsHorovodsClient) {
+  Served sv(2);
+  ASSERT_GT(sv.server->horovod_port(), 0);
+  EXPECT_NE(sv.server->horovod_port(), sv.server->port());
+  std::string value("\x01\x00\xffgloo-address", 15);
+  Reply put = sv.request(horovod_request("PUT", "/global/0", value));
+  EXPECT_EQ(put.status, 200) << put.head;
+  EXPECT_NE(put.head.find("Content-Length: 0"), std::string::npos) << put.head;
+  Reply get = sv.request(horovod_request("GET", "/global/0"));
+  EXPECT_EQ(get.status, 200) << get.head;
+  // Horovod's client reads "Content-Length" (this spelling) to know where the body ends.
+  EXPECT_NE(get.head.find("Content-Length: 15"), std::string::npos) << get.head;
+  EXPECT_EQ(get.body, value);
+}
+
+TEST(HorovodHttp, GetOfAMissingKeyIs404) {
+  Served sv(2);
+  Reply r = sv.request(horovod_request("GET", "/global/rank_1"));
+  EXPECT_EQ(r.status, 404) << r.head;
+  EXPECT_NE(r.head.find("Content-Length: 0"), std::string::npos) << r.head;
+  EXPECT_EQ(r.body, "");
+}
+
+TEST(HorovodHttp, DeleteOfEveryRankDropsTheScope) {
+  Served sv(4);  // node0: ranks 0, 1; node1: ranks 2, 3
+  ASSERT_EQ(sv.request(horovod_request("PUT", "/local_node0/0", "a")).status, 200);
+  ASSERT_EQ(sv.request(horovod_request("PUT", "/local_node0/1", "b")).status, 200);
+  ASSERT_EQ(sv.request(horovod_request("PUT", "/global/0", "g")).status, 200);
+  EXPECT_EQ(sv.request(horovod_request("DELETE", "/local_node0/0")).status, 200);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/local_node0/1")).status, 200);
+  EXPECT_EQ(sv.request(horovod_request("DELETE", "/local_node0/1")).status, 200);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/local_node0/0")).status, 404);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/local_node0/1")).status, 404);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/global/0")).body, "g");  // needs 4 ranks
+}
+
+TEST(HorovodHttp, OversizeValueIs413) {
+  HorovodServing hs;
+  hs.limits.max_value_bytes = 1024;
+  Served sv(1, hs);
+  // The header announces too much: refused before the body is read.
+  auto fd = connect_from(sv.server->horovod_port());
+  send_all(fd.get(), "PUT /global/0 HTTP/1.1\r\nHost: x\r\nContent-Length: 2048\r\n\r\n");
+  Reply r = read_reply(fd.get(), 10);
+  EXPECT_EQ(r.status, 413) << r.head;
+  EXPECT_NE(r.body.find("limit of 1024 bytes"), std::string::npos) << r.body;
+  EXPECT_EQ(sv.request(horovod_request("GET", "/global/0")).status, 404);
+  EXPECT_EQ(sv.request(horovod_request("PUT", "/global/0", std::string(1024, 'v'))).status, 200);
+  EXPECT_GE(sv.server->horovod_refused(), 1);
+}
+
+TEST(HorovodHttp, BadMethodPathAndGarbageAreClearErrors) {
+  Served sv(1);
+  Reply post = sv.request(horovod_request("POST", "/global/0", "x"));
+  EXPECT_EQ(post.status, 405);
+  EXPECT_NE(post.head.find("Allow: GET, PUT, DELETE"), std::string::npos) << post.head;
+  Reply path = sv.request(horovod_request("GET", "/a/b/c"));
+  EXPECT_EQ(path.status, 400);
+  EXPECT_NE(path.body.find("expected /SCOPE/KEY"), std::string::npos) << path.body;
+  EXPECT_EQ(sv.request(horovod_request("PUT", "/global", "x")).status, 400);
+  const char tls[] = "\x16\x03\x01\x02\x00 not http at all\r\n\r\n";
+  Reply garbage = sv.request(std::string(tls, sizeof tls - 1));
+  EXPECT_EQ(garbage.status, 400);
+  EXPECT_NE(garbage.body.find("malformed HTTP request"), std::string::npos) << garbage.body;
+  Reply nolen = sv.request("PUT /global/0 HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(nolen.status, 411);
+  Reply header = sv.request("GET /global/0 HTTP/1.1\r\nX: " + std::string(10000, 'h') + "\r\n\r\n");
+  EXPECT_EQ(header.status, 431);
+  // And the store still answers.
+  EXPECT_EQ(sv.request(horovod_request("PUT", "/global/0", "ok")).status, 200);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/global/0")).body, "ok");
+}
+
+TEST(HorovodHttp, ANonJobPeerIsRefused) {
+  HorovodServing hs;
+  hs.allow_loopback = false;
+  hs.allowed_peers = {"127.0.0.2"};
+  Served sv(1, hs);
+  auto fd = connect_from(sv.server->horovod_port(), "127.0.0.1");
+  send_all(fd.get(), horovod_request("PUT", "/global/0", "x"));
+  Reply r = read_reply(fd.get(), 10);
+  EXPECT_EQ(r.status, 403) << r.head;
+  EXPECT_NE(r.body.find("only the hosts of its job"), std::string::npos) << r.body;
+  auto ok = connect_from(sv.server->horovod_port(), "127.0.0.2");
+  send_all(ok.get(), horovod_request("GET", "/global/0"));
+  EXPECT_EQ(read_reply(ok.get(), 10).status, 404);  // not stored by the refused peer
+  EXPECT_EQ(sv.server->horovod_refused(), 1);
+}
+
+TEST(HorovodHttp, SlowClientGets408AndOthersAreServedMeanwhile) {
+  HorovodServing hs;
+  hs.request_timeout = 1;
+  Served sv(1, hs);
+  auto t0 = steady_clock::now();
+  auto slow = connect_from(sv.server->horovod_port());
+  send_all(slow.get(), "PUT /global/0 HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");  // and no more
+  Reply other = sv.request(horovod_request("GET", "/global/0"));
+  EXPECT_EQ(other.status, 404);
+  EXPECT_LT(std::chrono::duration<double>(steady_clock::now() - t0).count(), 0.9);  // not behind the slow one
+  Reply r = read_reply(slow.get(), 10, t0);
+  EXPECT_EQ(r.status, 408) << r.head;
+  EXPECT_GE(r.seconds, 0.9);
+  EXPECT_LT(r.seconds, 8);
+  EXPECT_EQ(sv.request(horovod_request("GET", "/global/0")).status, 404);  // the partial PUT stored nothing
+}
+
+TEST(HorovodHttp, ConnectionsAboveTheCapWaitTheirTurn) {
+  HorovodServing hs;
+  hs.request_timeout = 1;
+  hs.max_connections = 2;
+  Served sv(1, hs);
+  auto t0 = steady_clock::now();
+  auto a = connect_from(sv.server->horovod_port());
+  auto b = connect_from(sv.server->horovod_port());
+  send_all(a.get(), "GET /glo");
+  send_all(b.get(), "GET /glo");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both accepted: the cap is reached
+  auto c = connect_from(sv.server->horovod_port());           // waits in the backlog
+  send_all(c.get(), horovod_request("GET", "/global/0"));
+  Reply rc = read_reply(c.get(), 10, t0);
+  EXPECT_EQ(rc.status, 404);
+  EXPECT_GE(rc.seconds, 0.9);  // answered once a slot was freed by a 408
+  EXPECT_EQ(read_reply(a.get(), 10).status, 408);
+  EXPECT_EQ(read_reply(b.get(), 10).status, 408);
+}
+
+TEST(HorovodHttp, ManyClientsAtOnce) {
+  Served sv(8);
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int r = 0; r < 8; ++r)
+    ts.emplace_back([&, r] {
+      for (int i = 0; i < 20; ++i) {
+        std::string k = "/global/" + std::to_string(r) + "_" + std::to_string(i);
+        auto fd = connect_from(sv.server->horovod_port());
+        send_all(fd.get(), horovod_request("PUT", k, std::to_string(i)));
+        if (read_reply(fd.get(), 10).status != 200) return;
+        auto g = connect_from(sv.server->horovod_port());
+        send_all(g.get(), horovod_request("GET", k));
+        if (read_reply(g.get(), 10).body != std::to_string(i)) return;
+      }
+      ok++;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 8);
+}
+
+}  // namespace
+}  // namespace hvdrun::rdv

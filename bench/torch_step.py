@@ -5,6 +5,8 @@ Modes (all launched the same way, by hvdrun, with the same model, batch and thre
   ddp      torch DistributedDataParallel on gloo (env:// from hvdrun's environment)
   local    no communication at all: the compute of a step (both ranks still run at once)
   serial   backward first, then every gradient allreduced with hvdrun.torch (nothing overlaps)
+  horovod  the real Horovod's DistributedOptimizer (horovod.torch from scripts/horovod-peer.sh's
+           venv), launched by horovodrun or by hvdrun --horovod (scripts/bench-vs-horovod.sh)
 Rank 0 prints one line: RESULT mode model params batch median_ms min_ms.
 """
 
@@ -18,16 +20,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 p = argparse.ArgumentParser()
-p.add_argument("--mode", choices=["hvd", "ddp", "local", "serial"], required=True)
+p.add_argument("--mode", choices=["hvd", "ddp", "local", "serial", "horovod"], required=True)
 p.add_argument("--model", choices=["example", "mlp50m", "resnet18"], required=True)
 p.add_argument("--batch", type=int, default=64)
 p.add_argument("--steps", type=int, default=10)
 p.add_argument("--warmup", type=int, default=3)
 args = p.parse_args()
 
-rank = int(os.environ.get("RANK", "0"))
-world = int(os.environ.get("WORLD_SIZE", "1"))
-local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+# hvdrun sets both sets of names; horovodrun only Horovod's.
+rank = int(os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")))
+world = int(os.environ.get("WORLD_SIZE", os.environ.get("HOROVOD_SIZE", "1")))
+local_size = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("HOROVOD_LOCAL_SIZE", "1")))
 torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
 torch.manual_seed(0)
 
@@ -56,10 +59,13 @@ if args.mode == "ddp":
     dist.init_process_group("gloo", init_method="env://")
     model = DDP(model)
 else:
-    import hvdrun.torch as hvd
+    if args.mode == "horovod":
+        import horovod.torch as hvd
+    else:
+        import hvdrun.torch as hvd
     hvd.init()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    if args.mode == "hvd":
+    if args.mode in ("hvd", "horovod"):
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 
 

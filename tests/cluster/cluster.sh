@@ -8,6 +8,13 @@
 #                          (HOME=DIR/home), hosts.txt (name address per line)
 #   cluster.sh down DIR    stop every sshd, remove the namespaces and the bridge
 #
+# With CLUSTER_OWN_HOSTS=1, this machine's hostname resolves on each host to that host's
+# address (as on a real cluster, where it is each host's own name), through
+# /etc/netns/hvdhN/hosts, which `ip netns exec` mounts over /etc/hosts for sshd and so for
+# everything started over ssh. Without it the name resolves to 127.0.0.1 on every host,
+# and programs that find their address from their hostname (Gloo without an interface,
+# as Horovod 0.28.1's process-set contexts do) hand out 127.0.0.1 to the other hosts.
+#
 # One cluster at a time (the names and the subnet are fixed): ctest serialises the tests
 # that use it with a resource lock.
 set -euo pipefail
@@ -23,6 +30,8 @@ down() {
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
   done
+  rm -rf /etc/netns/"$PREFIX"[0-9]*
+  rmdir /etc/netns 2>/dev/null || true
   # Host-side veth ends: a namespace can outlive its processes while orphaned TCP sockets
   # in it wait out their retransmissions, and with it the veth pair. Deleting our end
   # removes the pair at once.
@@ -56,6 +65,10 @@ up() {
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
+    if [ "${CLUSTER_OWN_HOSTS:-0}" = 1 ]; then
+      mkdir -p "/etc/netns/$ns"
+      printf '127.0.0.1 localhost\n%s %s h%s\n' "$addr" "$(hostname)" "$i" > "/etc/netns/$ns/hosts"
+    fi
     ssh-keygen -q -t ed25519 -N '' -f "$h/ssh_host_ed25519_key" <<<y >/dev/null
     cat > "$h/sshd_config" <<CFG
 ListenAddress $addr

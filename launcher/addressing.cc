@@ -100,6 +100,7 @@ Result<Addressing> plan_addressing(const AddressingInput& in) {
       h.host_addr = p.host;
       h.iface = iface_holding(r.hello.ifaces, p.host);
     }
+    h.gloo_iface = !h.iface.empty() ? h.iface : iface_holding(r.hello.ifaces, h.host_addr);
     a.remote[r.host] = h;
   }
   if (!in.iface_addr.empty()) {
@@ -111,12 +112,27 @@ Result<Addressing> plan_addressing(const AddressingInput& in) {
     a.local.rendezvous_addr = a.local.host_addr = a.master_addr = reach;
     a.local.iface = iface_holding(in.local_ifaces, reach);
   }
+  a.local.gloo_iface = !a.local.iface.empty() ? a.local.iface : iface_holding(in.local_ifaces, a.local.host_addr);
   for (const auto& r : in.remotes)
     if (r.host == in.rank0_host) {
       a.master_addr = a.remote.at(r.host).host_addr;
       a.master_port = r.hello.free_port;
     }
   return a;
+}
+
+std::vector<std::string> job_peer_addresses(const AddressingInput& in) {
+  std::vector<std::string> out;
+  auto add = [&out](const std::string& a) {
+    if (!a.empty() && std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  };
+  for (const auto& l : in.local_ifaces) add(l.addr);
+  if (!in.iface_addr.empty()) add(in.iface_addr);
+  for (const auto& r : in.remotes) {
+    for (const auto& a : r.hello.ifaces) add(a.addr);
+    add(r.hello.host_addr);
+  }
+  return out;
 }
 
 }  // namespace hvdrun

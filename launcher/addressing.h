@@ -28,6 +28,7 @@ struct HostAddressing {
   std::string rendezvous_addr;  // where this host's ranks reach the rendezvous
   std::string host_addr;        // the host's own address on that network
   std::string iface;            // HVDRUN_IFACE / NCCL_SOCKET_IFNAME there ("" : none)
+  std::string gloo_iface;       // the interface holding host_addr there (HOROVOD_GLOO_IFACE; "" : unknown)
 };
 
 struct Addressing {
@@ -47,5 +48,10 @@ struct AddressingInput {
 };
 
 Result<Addressing> plan_addressing(const AddressingInput& in);
+
+// The addresses the job's hosts may connect from (hvdrun --horovod's allow-list, besides
+// loopback): this machine's, and each remote agent's interfaces and its end of the
+// launcher's connection. Deduplicated, in order.
+std::vector<std::string> job_peer_addresses(const AddressingInput& in);
 
 }  // namespace hvdrun

@@ -250,6 +250,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
     const HostAddressing& h = it != addressing->remote.end() ? it->second : addressing->local;
     e.rendezvous_addr = h.rendezvous_addr;
     e.iface = h.iface;
+    e.gloo_iface = h.gloo_iface;
     return e;
   };
 
@@ -283,6 +284,10 @@ int run_job(const LaunchOptions& opts, char** envp) {
   so.secret = secret;
   so.start_timeout = opts.start_timeout;
   for (const auto& r : plan->ranks) so.ranks.push_back({r.host, r.local_rank});
+  if (opts.horovod) {  // Horovod's Gloo store, for the job's hosts only
+    so.horovod.enabled = true;
+    so.horovod.allowed_peers = job_peer_addresses(ai);
+  }
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;
   // libhvdrun's stall reports name ranks ("rank 3 has not submitted: ..."): add their hosts.
@@ -324,6 +329,10 @@ int run_job(const LaunchOptions& opts, char** envp) {
   auto server = rdv::Server::start(so, cb);
   if (!server) return fail(server.error());
   base.rendezvous_port = (*server)->port();
+  base.horovod_port = (*server)->horovod_port();
+  if (opts.horovod)
+    spdlog::debug("Horovod's Gloo store on {}:{} (allowed: loopback and {} addresses of the job's hosts)",
+                  addressing->bind_addr, base.horovod_port, so.horovod.allowed_peers.size());
   spdlog::debug("rendezvous listening on {}:{}", addressing->bind_addr, base.rendezvous_port);
 
   std::vector<WorkerLaunch> launches;

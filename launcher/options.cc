@@ -277,6 +277,10 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   app.add_flag("--horovod-compat", o.horovod_compat,
                "Put a 'horovod' package first on the workers' PYTHONPATH (horovod.torch = hvdrun.torch), "
                "unless a real Horovod is importable");
+  bool horovod_flag = false;
+  app.add_flag("--horovod", horovod_flag,
+               "Serve Horovod's own Gloo rendezvous, so that programs using a real Horovod 0.28.1 "
+               "(import horovod.torch) run unchanged (env HVDRUN_HOROVOD=1)");
   // horovodrun's other spellings (horovod/runner/launch.py).
   bool check_build = false, disable_cache = false, use_gloo = false, use_tcp = false, use_mpi = false,
        use_jsrun = false;
@@ -512,6 +516,14 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     o.rendezvous_port = static_cast<int>(*p);
   }
   if (o.log_level.empty()) o.log_level = o.verbose ? "debug" : tunable_string("HVDRUN_LOG_LEVEL");
+  if (horovod_flag) {
+    o.horovod = true;
+  } else {
+    std::string h = tunable_string("HVDRUN_HOROVOD");
+    if (h == "1") o.horovod = true;
+    else if (h != "0" && !h.empty())
+      return error_of(ErrorKind::kUsage, "HVDRUN_HOROVOD '" + printable(h, 32) + "': expected 0 or 1");
+  }
   if (o.command.empty()) return error_of(ErrorKind::kUsage, "missing command: usage: hvdrun [options] [--] command [args...]");
   if (!o.hosts.empty() && !o.hostfile.empty())
     return error_of(ErrorKind::kUsage, "-H/--hosts and --hostfile cannot be used together; give one of them");

@@ -30,7 +30,8 @@ struct LaunchOptions {
   bool verbose = false;
   std::string log_level;
   bool dry_run = false;
-  bool horovod_compat = false;  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
+  bool horovod_compat = false;
+  bool horovod = false;  // serve Horovod's Gloo rendezvous for a real Horovod (--horovod, HVDRUN_HOROVOD=1)  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
   int rendezvous_port = 0;
   std::vector<std::string> command;
 };

@@ -98,6 +98,14 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     set("HVDRUN_START_TIMEOUT", buf);
   }
   if (!job.iface.empty()) set("HVDRUN_IFACE", job.iface);
+  // --horovod: what horovodrun --gloo gives (horovod/runner/gloo_run.py, create_run_env_vars).
+  if (job.horovod_port > 0 && !job.rendezvous_addr.empty()) {
+    set("HOROVOD_GLOO_RENDEZVOUS_ADDR", job.rendezvous_addr);
+    seti("HOROVOD_GLOO_RENDEZVOUS_PORT", job.horovod_port);
+    set("HOROVOD_CONTROLLER", "gloo");
+    set("HOROVOD_CPU_OPERATIONS", "gloo");
+    if (!job.gloo_iface.empty()) set("HOROVOD_GLOO_IFACE", job.gloo_iface);
+  }
   if (!job.python_path_prepend.empty()) {
     auto it = env.find("PYTHONPATH");
     set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_path_prepend

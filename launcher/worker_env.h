@@ -2,7 +2,9 @@
 // (PYTHONUNBUFFERED=1, NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME for the interface it
 // chose), the user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD), the
 // command line's flags (--nccl-debug, Horovod's tuning flags), -x; then the contract
-// (HOROVOD_RANK..., torch.distributed's, HVDRUN_RENDEZVOUS_*), which nothing overrides.
+// (HOROVOD_RANK..., torch.distributed's, HVDRUN_RENDEZVOUS_*; with --horovod, what
+// horovodrun --gloo sets: HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HOROVOD_CONTROLLER=gloo,
+// HOROVOD_CPU_OPERATIONS=gloo, HOROVOD_GLOO_IFACE), which nothing overrides.
 #pragma once
 
 #include <map>
@@ -24,6 +26,8 @@ struct JobEnv {
   std::string iface;
   std::string nccl_debug;
   double start_timeout = 30;
+  int horovod_port = 0;     // --horovod: the Horovod Gloo store's port (at rendezvous_addr); 0: none
+  std::string gloo_iface;   // --horovod: HOROVOD_GLOO_IFACE ("" : unset)
   std::string python_path_prepend;  // --horovod-compat: put first on PYTHONPATH (after -x)
   std::map<std::string, std::string> flag_env;  // from command-line flags (--fusion-threshold-mb ...)
 };

@@ -137,6 +137,69 @@ TEST(Launch, WorkerEnvironmentAndWorkingDirectory) {
   EXPECT_NE(o.out.find("[1]<stdout>:1 fwd 1 2 2 0 127.0.0.1 port 1 localhost nooldpwd " + cwd), std::string::npos);
 }
 
+// hvdrun --horovod: what horovodrun --gloo gives the workers, and Horovod's store served.
+TEST(Launch, HorovodGivesTheWorkersHorovodrunsGlooVariables) {
+  for (bool by_env : {false, true}) {
+    std::vector<std::string> args = {"-np", "2", "sh", "-c",
+                                     "env | grep -E '^HOROVOD_(GLOO|CONTROLLER|CPU_OPERATIONS|HOSTNAME|RANK|SIZE)' | sort"};
+    if (!by_env) args.insert(args.begin(), "--horovod");
+    auto o = run(hvd(args), 30, by_env ? std::map<std::string, std::string>{{"HVDRUN_HOROVOD", "1"}}
+                                       : std::map<std::string, std::string>{});
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    for (int r = 0; r < 2; ++r) {
+      std::string t = "[" + std::to_string(r) + "]<stdout>:";
+      EXPECT_NE(o.out.find(t + "HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_GLOO_IFACE=lo\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_CONTROLLER=gloo\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_CPU_OPERATIONS=gloo\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_HOSTNAME=localhost\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_RANK=" + std::to_string(r) + "\n"), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(t + "HOROVOD_SIZE=2\n"), std::string::npos) << o.out;
+    }
+    std::smatch m;
+    std::string out = o.out;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(HOROVOD_GLOO_RENDEZVOUS_PORT=(\d+))"))) << o.out;
+    EXPECT_GT(std::stoi(m[1].str()), 0);
+  }
+  auto plain = run(hvd({"-np", "1", "sh", "-c", "env | grep -c '^HOROVOD_GLOO' || true"}), 30);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("[0]<stdout>:0\n"), std::string::npos) << plain.out;  // not without --horovod
+}
+
+TEST(Launch, HorovodStoreServedToTheWorkers) {
+  if (run({"python3", "-c", "import urllib.request"}, 60).exit_code != 0) GTEST_SKIP() << "no python3";
+  // Each rank PUTs its key as Horovod's client would, waits for the other's (polling GET, 404
+  // until it is there), then rank 0 DELETEs an ad-hoc key; a GET of a missing key is 404.
+  const char* script = R"(
+import os, time, urllib.request, urllib.error
+base = "http://%s:%s" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+r, n = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+def req(method, path, data=None):
+    q = urllib.request.Request(base + path, data=data, method=method)
+    try:
+        with urllib.request.urlopen(q, timeout=10) as f:
+            return f.status, f.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+assert req("PUT", "/test/rank%d" % r, b"value\x00of %d" % r) == (200, b"")
+other = (r + 1) % n
+deadline = time.time() + 20
+while True:
+    st, body = req("GET", "/test/rank%d" % other)
+    if st == 200: break
+    assert st == 404, st
+    assert time.time() < deadline, "the other rank's key never came"
+    time.sleep(0.01)
+print("got", body)
+print("missing", req("GET", "/test/nothing")[0], "bad", req("GET", "/a/b/c")[0], "post", req("POST", "/test/x", b"1")[0])
+)";
+  auto o = run(hvd({"--horovod", "-np", "2", "python3", "-c", script}), 60);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:got b'value\\x00of 1'"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got b'value\\x00of 0'"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[0]<stdout>:missing 404 bad 400 post 405"), std::string::npos) << o.out;
+}
+
 TEST(Launch, StdinGoesToRankZeroOnly) {
   std::string input = "line one\nline two\n";
   auto o = run(hvd({"-np", "2", "sh", "-c", "cat; echo end"}), 30, {}, &input);

@@ -54,6 +54,25 @@ TEST(Addressing, HostsArePairedWithUsOnTheSubnetWeShare) {
   EXPECT_EQ(a->master_port, 0);
 }
 
+TEST(Addressing, GlooInterfaceIsTheOneHoldingTheHostsAddress) {
+  auto local = plan_addressing(input({}));
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->local.gloo_iface, "lo");  // as horovodrun: the interface of 127.0.0.1
+  EXPECT_EQ(local->local.iface, "");         // hvdrun's own choice is unchanged
+  auto a = plan_addressing(input({host("n2", {{"eth3", "10.0.0.12", false, 24}}, 5002)}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->local.gloo_iface, "ib0");
+  EXPECT_EQ(a->remote.at("n2").gloo_iface, "eth3");
+}
+
+TEST(Addressing, JobPeersAreOurAddressesAndWhatTheAgentsReported) {
+  RemoteView v = host("n1", {{"ib0", "10.0.0.11", false, 24}}, 7);
+  v.hello.host_addr = "203.0.113.9";  // its end of the connection, as we saw it (NAT)
+  auto in = input({v, host("n2", {{"eth3", "10.0.0.12", false, 24}, {"ib0", "10.0.0.11", false, 24}})});
+  EXPECT_EQ(job_peer_addresses(in), (std::vector<std::string>{"127.0.0.1", "10.0.0.1", "192.168.1.1", "10.0.0.11",
+                                                                "203.0.113.9", "10.0.0.12"}));
+}
+
 TEST(Addressing, RankZeroOnARemoteHostIsTheMaster) {
   auto a = plan_addressing(input({host("n1", {{"ib0", "10.0.0.11", false, 24}}, 5001)}, "n1"));
   ASSERT_TRUE(a.ok());

@@ -74,6 +74,29 @@ TEST(Options, NcclDebugLevelIsNcclsSpelling) {
   EXPECT_EQ(r->options.nccl_debug, "INFO");
 }
 
+TEST(Options, HorovodFlagAndEnvironment) {
+  auto r = parse({"-np", "2", "python3", "train.py", "--horovod"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->options.horovod);  // the command's own flag
+  r = parse({"--horovod", "-np", "2", "python3", "train.py"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->options.horovod);
+  setenv("HVDRUN_HOROVOD", "1", 1);
+  r = parse({"-np", "2", "python3", "train.py"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->options.horovod);
+  setenv("HVDRUN_HOROVOD", "0", 1);
+  r = parse({"-np", "2", "python3", "train.py"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->options.horovod);
+  setenv("HVDRUN_HOROVOD", "yes please", 1);
+  r = parse({"-np", "2", "python3", "train.py"});
+  unsetenv("HVDRUN_HOROVOD");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "HVDRUN_HOROVOD 'yes please': expected 0 or 1");
+  EXPECT_EQ(r.error().kind, ErrorKind::kUsage);
+}
+
 TEST(Options, StartTimeoutFromEnvironment) {
   setenv("HVDRUN_START_TIMEOUT", "7", 1);
   auto r = parse({"-np", "1", "true"});

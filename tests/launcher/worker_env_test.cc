@@ -46,6 +46,31 @@ TEST(WorkerEnv, ContractAndFiltering) {
   EXPECT_NE(std::find(strs.begin(), strs.end(), "HOROVOD_RANK=5"), strs.end());
 }
 
+TEST(WorkerEnv, HorovodGlooVariablesOnlyWithHorovod) {
+  std::map<std::string, std::string> launcher{{"HOROVOD_CONTROLLER", "mpi"}, {"HOROVOD_GLOO_IFACE", "x"}};
+  JobEnv job;
+  job.rendezvous_addr = "10.0.0.1";
+  job.rendezvous_port = 4000;
+  RankInfo r{1, 2, 1, 2, 0, 1, 0, "localhost"};
+  auto plain = build_worker_env({}, {}, job, r, 0);
+  EXPECT_EQ(plain.count("HOROVOD_GLOO_RENDEZVOUS_ADDR"), 0u);
+  EXPECT_EQ(plain.count("HOROVOD_CONTROLLER"), 0u);
+  job.horovod_port = 4001;
+  job.gloo_iface = "lo";
+  // As horovodrun --gloo: its variables win over the user's and -x.
+  auto env = build_worker_env(launcher, {{"HOROVOD_CPU_OPERATIONS", "mpi"}}, job, r, 0);
+  EXPECT_EQ(env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], "10.0.0.1");
+  EXPECT_EQ(env["HOROVOD_GLOO_RENDEZVOUS_PORT"], "4001");
+  EXPECT_EQ(env["HOROVOD_CONTROLLER"], "gloo");
+  EXPECT_EQ(env["HOROVOD_CPU_OPERATIONS"], "gloo");
+  EXPECT_EQ(env["HOROVOD_GLOO_IFACE"], "lo");
+  EXPECT_EQ(env["HOROVOD_HOSTNAME"], "localhost");
+  EXPECT_EQ(env["HOROVOD_RANK"], "1");
+  EXPECT_EQ(env["HVDRUN_RENDEZVOUS_PORT"], "4000");  // hvdrun's own stays
+  job.gloo_iface = "";
+  EXPECT_EQ(build_worker_env({}, {}, job, r, 0).count("HOROVOD_GLOO_IFACE"), 0u);
+}
+
 TEST(WorkerEnv, NcclDebugIsLeftAloneUnlessAsked) {
   JobEnv job;
   RankInfo r{0, 1, 0, 1, 0, 1, 0, "localhost"};

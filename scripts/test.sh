@@ -9,6 +9,10 @@ scripts/build.sh
 # The Python package (hvdrun.torch, hvdrun.numpy): pytest on Debian's python3-torch and on
 # PyTorch 2.x from PyPI in a cached venv, against cmake-installed and pip-installed hvdrun.
 scripts/test-python.sh
+# A real Horovod 0.28.1 PyTorch program under hvdrun --horovod against horovodrun --gloo, on
+# this host and on test-cluster hosts (scripts/horovod-peer.sh builds Horovod into a cached
+# venv the first time: about 6 min on 2 cores; a failed build fails the suite).
+scripts/test-horovod.sh
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
   # "process" = the real hvdrun with real workers, "gpu" = device collectives (skipped

@@ -362,6 +362,64 @@ TEST(Cluster, MasterAddrIsRankZerosHost) {
   EXPECT_NE(o.out.find("[1]<stdout>:10.250.0.12 10.250.0.1\n"), std::string::npos) << o.out;
 }
 
+// hvdrun --horovod across hosts: each host's ranks reach Horovod's store (the launcher's
+// address, the interface of their own), and a host outside the job is refused.
+TEST(Cluster, HorovodStoreAcrossHostsRefusesHostsOutsideTheJob) {
+  REQUIRE_CLUSTER();
+  std::string dir = make_temp_dir();
+  std::string where = dir + "/store", done = dir + "/done";
+  const std::string script = R"(
+import os, sys, time, urllib.request, urllib.error
+addr, port = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]
+base = "http://%s:%s" % (addr, port)
+r, n = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+def req(method, path, data=None):
+    q = urllib.request.Request(base + path, data=data, method=method)
+    try:
+        with urllib.request.urlopen(q, timeout=10) as f:
+            return f.status, f.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+assert req("PUT", "/test/rank%d" % r, b"from %d" % r)[0] == 200
+deadline = time.time() + 30
+while True:
+    st, body = req("GET", "/test/rank%d" % ((r + 1) % n))
+    if st == 200: break
+    assert st == 404 and time.time() < deadline, st
+    time.sleep(0.01)
+print("got", body.decode(), "iface", os.environ.get("HOROVOD_GLOO_IFACE"), "addr", addr, flush=True)
+if r == 0:
+    with open(sys.argv[1] + ".tmp", "w") as f: f.write(base)
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    deadline = time.time() + 60
+    while not os.path.exists(sys.argv[2]):
+        assert time.time() < deadline, "the test never looked"
+        time.sleep(0.05)
+)";
+  Process job({kHvdrun, "--horovod", "-np", "2", "-H", "h1:1,h2:1", "/usr/bin/python3", "-c", script, where, done},
+              {{"HOME", Cluster::home()}});
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(where); }, 60));
+  std::string base = read_file(where);
+  // h3 is on the same network, but not in the job: refused before its request is read.
+  std::string probe = "import urllib.request, urllib.error\n"
+                      "try:\n urllib.request.urlopen('" + base + "/test/rank0', timeout=10); print('status 200')\n"
+                      "except urllib.error.HTTPError as e: print('status', e.code)\n"
+                      "except Exception as e: print('error', e)\n";
+  std::ofstream(dir + "/probe.py") << probe;
+  std::string h3 = sh("ip netns exec hvdh3 /usr/bin/python3 " + dir + "/probe.py", 30);
+  std::string h1 = sh("ip netns exec hvdh1 /usr/bin/python3 " + dir + "/probe.py", 30);
+  std::ofstream(done) << "1";
+  auto o = job.wait(90);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(h3, "status 403\n");
+  EXPECT_EQ(h1, "status 200\n");  // a job host, from outside the job's processes: as horovodrun
+  EXPECT_NE(o.out.find("[0]<stdout>:got from 1 iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got from 0 iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.err.find("refused a connection from 10.250.0.13"), std::string::npos) << o.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cluster, PyTorchDdpAcrossHosts) {
   REQUIRE_CLUSTER();
   if (run({"/usr/bin/python3", "-c", "import torch.distributed"}, 120).exit_code != 0)

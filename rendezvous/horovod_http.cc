@@ -114,6 +114,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     auto& req = parser_->get();
     std::string method(req.method_string());
     std::string target(req.target());
+    if (auto host = req[http::field::host]; !store_host_header_ok(std::string_view(host.data(), host.size())))
+      return fail(400, "Host '" + printable(std::string_view(host.data(), host.size()), 64) +
+                           "': expected the store's IP address (a host name is refused: DNS rebinding)");
     if (method == "PUT" && !req.has_content_length() && !req.chunked())
       return fail(411, "PUT " + printable(target, 64) + " without Content-Length");
     HttpAnswer a = st_->store.handle(method, target, std::move(req.body()));

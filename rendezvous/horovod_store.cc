@@ -131,6 +131,36 @@ std::map<std::string, int> horovod_scope_sizes(const std::vector<std::string>& h
   return sizes;
 }
 
+bool store_host_header_ok(std::string_view host) {
+  if (host.empty()) return true;
+  std::string addr;
+  std::string_view port;
+  if (host[0] == '[') {
+    size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    addr = std::string(host.substr(1, close - 1));
+    std::string_view rest = host.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') return false;
+      port = rest.substr(1);
+    }
+  } else {
+    size_t colon = host.find(':');
+    if (colon != std::string_view::npos && host.find(':', colon + 1) != std::string_view::npos)
+      return false;  // a bare IPv6 address is not a Host (RFC 7230 wants brackets)
+    addr = std::string(host.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port = host.substr(colon + 1);
+      if (port.empty()) return false;
+    }
+    if (addr.find_first_not_of("0123456789.") != std::string::npos) return false;  // no names
+  }
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) return false;
+  boost::system::error_code ec;
+  (void)boost::asio::ip::make_address(addr, ec);
+  return !ec;
+}
+
 Result<PeerAllowList> PeerAllowList::from(const std::vector<std::string>& addresses, bool loopback) {
   PeerAllowList out;
   out.loopback_ = loopback;

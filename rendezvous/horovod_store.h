@@ -87,6 +87,12 @@ Result<std::pair<std::string, std::string>> split_store_target(std::string_view 
 std::map<std::string, int> horovod_scope_sizes(const std::vector<std::string>& hosts,
                                                const std::vector<int>& local_ranks);
 
+// A request's Host header as the store accepts it: absent, or an IP address (IPv6 in
+// brackets) with an optional port, as Horovod's client and urllib send it for
+// HOROVOD_GLOO_RENDEZVOUS_ADDR. A host name is refused: a web page on a job host could
+// otherwise reach the store through a name that resolves to it (DNS rebinding).
+bool store_host_header_ok(std::string_view host);
+
 // Who may connect: loopback (unless `loopback` is false), and the listed addresses (IPv4
 // or IPv6, compared as addresses; an IPv4-mapped IPv6 peer is its IPv4 address).
 class PeerAllowList {

@@ -159,6 +159,14 @@ TEST(PeerAllowList, LoopbackAndListedAddressesOnly) {
   EXPECT_NE(bad.error().message.find("'node7': not an IPv4 or IPv6 address"), std::string::npos);
 }
 
+TEST(HorovodStoreHost, IpAddressesOnly) {
+  for (const char* ok : {"", "127.0.0.1", "10.250.0.1:38215", "[::1]", "[fd00::7]:80", "[fe80::1]:1"})
+    EXPECT_TRUE(store_host_header_ok(ok)) << ok;
+  for (const char* bad : {"localhost", "evil.example.com", "evil.example.com:38215", "127.0.0.1.nip.io", "::1",
+                          "[::1", "[::1]x", "10.0.0.1:", "10.0.0.1:80x", "10.0.0.1:123456", "1.2.3", "[nothere]"})
+    EXPECT_FALSE(store_host_header_ok(bad)) << bad;
+}
+
 // ---- Served over HTTP, real sockets -----------------------------------------------------
 
 struct Reply {
@@ -296,7 +304,7 @@ TEST(HorovodHttp, OversizeValueIs413) {
   Served sv(1, hs);
   // The header announces too much: refused before the body is read.
   auto fd = connect_from(sv.server->horovod_port());
-  send_all(fd.get(), "PUT /global/0 HTTP/1.1\r\nHost: x\r\nContent-Length: 2048\r\n\r\n");
+  send_all(fd.get(), "PUT /global/0 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2048\r\n\r\n");
   Reply r = read_reply(fd.get(), 10);
   EXPECT_EQ(r.status, 413) << r.head;
   EXPECT_NE(r.body.find("limit of 1024 bytes"), std::string::npos) << r.body;
@@ -318,10 +326,13 @@ TEST(HorovodHttp, BadMethodPathAndGarbageAreClearErrors) {
   Reply garbage = sv.request(std::string(tls, sizeof tls - 1));
   EXPECT_EQ(garbage.status, 400);
   EXPECT_NE(garbage.body.find("malformed HTTP request"), std::string::npos) << garbage.body;
-  Reply nolen = sv.request("PUT /global/0 HTTP/1.1\r\nHost: x\r\n\r\n");
+  Reply nolen = sv.request("PUT /global/0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_EQ(nolen.status, 411);
   Reply header = sv.request("GET /global/0 HTTP/1.1\r\nX: " + std::string(10000, 'h') + "\r\n\r\n");
   EXPECT_EQ(header.status, 431);
+  Reply named = sv.request("GET /global/0 HTTP/1.1\r\nHost: attacker.example:80\r\n\r\n");
+  EXPECT_EQ(named.status, 400);
+  EXPECT_NE(named.body.find("a host name is refused"), std::string::npos) << named.body;
   // And the store still answers.
   EXPECT_EQ(sv.request(horovod_request("PUT", "/global/0", "ok")).status, 200);
   EXPECT_EQ(sv.request(horovod_request("GET", "/global/0")).body, "ok");

@@ -108,7 +108,7 @@ Status Ring::fail(Error e) {
   // first reason.
   broken_ = true;
   broken_reason_ = e.message;
-  if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e.message);
+  if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e);
   close(e.message);
   return e;
 }
@@ -130,7 +130,7 @@ Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us, opts_.spin_yields);
   if (!s)
     return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
-                      s.error().kind});
+                      s.error().kind, s.error().peer_rank});
   return {};
 }
 

@@ -75,7 +75,7 @@ class Ring {
 
   // Called with the message of a mismatch or time-out before the ring is closed, so that
   // hvdrun hears the cause before the neighbours fail on the closed connections.
-  std::function<void(const std::string&)> on_fatal;
+  std::function<void(const Error&)> on_fatal;
 
  private:
   struct Header;

@@ -182,7 +182,15 @@ Status Runtime::connect_ring() {
   spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank,
                 right->is_shm() ? "shared memory" : "TCP", ring_.left.rank, left->is_shm() ? "shared memory" : "TCP");
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
-  ring_comm_->on_fatal = [this](const std::string& m) { report_fatal(m); };
+  ring_comm_->on_fatal = [this](const Error& e) {
+    // A time-out names the neighbour it waited on, which may itself be waiting: hvdrun
+    // weighs every rank's report to name the one that stalled the ring.
+    if (e.peer_rank >= 0) {
+      std::lock_guard<std::mutex> lk(client_mu_);
+      if (client_) (void)client_->set(rdv::kSilentKeyPrefix + std::to_string(view_.rank), std::to_string(e.peer_rank));
+    }
+    report_fatal(e.message);
+  };
   auto wanted = hierarchy_from_tunables();
   if (!wanted) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view_.rank) + ": " + wanted.error().message);
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.

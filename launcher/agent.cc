@@ -35,16 +35,23 @@ double now_s() {
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
 constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous failures are weighed
+// Ranks time out at about the same moment (their clocks start at the same stall); a rank
+// whose neighbour timed out first fails on its closed connection and exits at once.
+constexpr double kSilenceWindow = 1.0;
 
 bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
 
-// This process's children (from /proc/*/stat's ppid): with hvdrun a child subreaper, a
-// rank's descendants whose parents died come here, whatever session or group they moved to.
-std::set<pid_t> children_of_self() {
-  std::set<pid_t> out;
-  pid_t self = getpid();
+struct ProcStat {
+  pid_t pid;
+  char state;
+  pid_t ppid, pgrp;
+};
+
+// Every process's /proc/PID/stat (pid, state, parent, process group).
+template <class F>
+void for_each_process(F&& f) {
   DIR* d = opendir("/proc");
-  if (!d) return out;
+  if (!d) return;
   while (dirent* e = readdir(d)) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
@@ -60,11 +67,30 @@ std::set<pid_t> children_of_self() {
     const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
     if (!rp) continue;
     char state = 0;
-    long ppid = 0;
-    if (std::sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == self && state != 'Z')
-      out.insert(static_cast<pid_t>(pid));
+    long ppid = 0, pgrp = 0;
+    if (std::sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3)
+      f(ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp)});
   }
   closedir(d);
+}
+
+// This process's children (from /proc/*/stat's ppid): with hvdrun a child subreaper, a
+// rank's descendants whose parents died come here, whatever session or group they moved to.
+std::set<pid_t> children_of_self() {
+  std::set<pid_t> out;
+  pid_t self = getpid();
+  for_each_process([&](const ProcStat& p) {
+    if (p.ppid == self && p.state != 'Z') out.insert(p.pid);
+  });
+  return out;
+}
+
+// Process groups with a stopped member (SIGSTOP, Ctrl-Z, a debugger).
+std::set<pid_t> stopped_groups() {
+  std::set<pid_t> out;
+  for_each_process([&](const ProcStat& p) {
+    if (p.state == 'T' || p.state == 't') out.insert(p.pgrp);
+  });
   return out;
 }
 
@@ -128,6 +154,48 @@ void LocalAgent::rank_left(int rank) {
     left_requests_.emplace_back(rank, now_s());
   }
   wake();
+}
+
+void LocalAgent::report_silence(int rank, int peer, std::string message) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    silence_requests_.push_back({rank, peer, std::move(message)});
+  }
+  wake();
+}
+
+std::set<int> LocalAgent::ended_ranks() const {
+  std::set<int> ended;
+  for (const auto& f : failures_) ended.insert(f.rank);
+  for (const auto& [rank, when] : exited_0_) ended.insert(rank);
+  for (const auto& [rank, when] : left_) ended.insert(rank);
+  return ended;
+}
+
+// The silence reports weighed: the rank that stalled the job is named, with the report of
+// a rank that waited on it.
+void LocalAgent::report_stall_culprit() {
+  silence_at_.reset();
+  int size = rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size());
+  int culprit = silent_rank(silences_, ended_ranks(), size);
+  // A local rank that is stopped outright is the one (the reports alone cannot tell a
+  // stopped rank from a live one waiting for its turn in the ring).
+  std::set<pid_t> stopped = stopped_groups();
+  for (const auto& w : workers_)
+    if (w.pid > 0 && !w.exited && stopped.count(w.pid)) {
+      culprit = w.rank;
+      break;
+    }
+  const SilenceReport* witness = &silences_.front();
+  for (const auto& s : silences_)
+    if (s.peer == culprit) {
+      witness = &s;
+      break;
+    }
+  std::string msg = "hvdrun: rank " + std::to_string(culprit) + " (host " + rank_host(culprit) +
+                    ") made no progress within HVDRUN_TIMEOUT (stopped or hung?); " + std::to_string(silences_.size()) +
+                    (silences_.size() == 1 ? " rank" : " ranks") + " timed out waiting: " + witness->message;
+  teardown(msg, 1);
 }
 
 void LocalAgent::request_signal(int sig) {
@@ -358,7 +426,14 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     bool all_exited = true;
     for (auto& w : workers_) all_exited = all_exited && w.exited;
     for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
-    if (report_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
+    if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
+    if (silence_at_ &&
+        (all_exited || now_s() >= *silence_at_ ||
+         silence_accounted(silences_, ended_ranks(),
+                           rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size()))))
+      report_stall_culprit();
+    // While silence reports are weighed, the failures they cause wait for that verdict.
+    if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
       if (tearing_down_)
         report_at_.reset();
       else
@@ -435,6 +510,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - now_s());
     if (drain_deadline) timeout = std::min(timeout, *drain_deadline - now_s());
     if (report_at_) timeout = std::min(timeout, *report_at_ - now_s());
+    if (silence_at_) timeout = std::min(timeout, *silence_at_ - now_s());
     if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
     int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
 
@@ -456,8 +532,10 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       std::vector<int> sigs;
       std::vector<FailedWorker> remote;
       std::vector<std::pair<int, double>> left;
+      std::vector<SilenceReport> silences;
       {
         std::lock_guard<std::mutex> lk(control_mu_);
+        silences.swap(silence_requests_);
         req.swap(control_request_);
         sigs.swap(signal_requests_);
         remote.swap(remote_failures_);
@@ -465,6 +543,11 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       }
       for (auto& f : remote) note_failure(std::move(f));
       for (auto& [rank, when] : left) left_.emplace(rank, when);
+      for (auto& s : silences) {
+        if (tearing_down_) break;
+        silences_.push_back(std::move(s));
+        if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
+      }
       for (int sig : sigs) handle_signal(sig, true);
       if (req) teardown(req->first, req->second);
     }

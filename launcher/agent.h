@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "launcher/blame.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
@@ -81,6 +82,10 @@ class LocalAgent {
   // Thread-safe: `rank` left the job (its rendezvous connection ended without
   // hvd_shutdown). If others then fail, it is the one blamed.
   void rank_left(int rank);
+  // Thread-safe: `rank` made no progress with `peer` within HVDRUN_TIMEOUT (`message`, its
+  // report). Reports are gathered for a moment, then the rank that stalled the job is named
+  // (launcher/blame.h) and the job torn down.
+  void report_silence(int rank, int peer, std::string message);
   // Thread-safe: act as if hvdrun had received `sig` from the launcher (agent mode).
   void request_signal(int sig);
   // Thread-safe: look at the remotes again (one has finished).
@@ -126,6 +131,11 @@ class LocalAgent {
   // `sender`: the pid that sent it (signalfd says), 0 when relayed by the launcher.
   void handle_signal(int sig, bool from_launcher, pid_t sender = 0);
   std::optional<double> report_at_;  // when the failures seen so far are reported
+  std::vector<SilenceReport> silence_requests_;  // under control_mu_
+  std::vector<SilenceReport> silences_;
+  std::optional<double> silence_at_;  // when the silence reports so far are weighed
+  void report_stall_culprit();
+  std::set<int> ended_ranks() const;
   AgentResult result_;
 };
 

@@ -309,8 +309,15 @@ int run_job(const LaunchOptions& opts, char** envp) {
     }
     return out + text.substr(at);
   };
-  cb.on_fatal = [&agent, &p, with_hosts](int rank, const std::string& message) {
+  // Both run on the rendezvous thread, a rank's silence report before its fatal one.
+  auto silent_peer = std::make_shared<std::map<int, int>>();
+  cb.on_silent = [silent_peer](int rank, int peer) { (*silent_peer)[rank] = peer; };
+  cb.on_fatal = [&agent, &p, with_hosts, silent_peer](int rank, const std::string& message) {
     std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " (host " + p.ranks[rank].host + ")" : "a worker";
+    if (auto it = silent_peer->find(rank); it != silent_peer->end()) {
+      agent.report_silence(rank, it->second, who + ": " + with_hosts(message));
+      return;
+    }
     agent.request_teardown("hvdrun: " + who + ": " + with_hosts(message), 1);
   };
   cb.on_stall = [with_hosts](int, const std::string& key, const std::string& report) {

@@ -66,6 +66,10 @@ const char* msg_type_name(MsgType t);
 // hvd_shutdown sets this key + its rank ("hvdrun/finalized/3") before it disconnects; a
 // registered rank whose connection ends without it left the job early.
 constexpr const char* kFinalizedKeyPrefix = "hvdrun/finalized/";
+// A rank whose collective made no progress within HVDRUN_TIMEOUT sets this key + its rank
+// to the rank it waited on ("hvdrun/silent/3" = "2"), then reports the time-out (kFatal):
+// hvdrun weighs such reports to name the rank that stalled the job.
+constexpr const char* kSilentKeyPrefix = "hvdrun/silent/";
 
 struct Frame {
   uint8_t version = kProtocolVersion;

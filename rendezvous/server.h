@@ -49,6 +49,8 @@ struct ServerCallbacks {
   // A registered rank's connection ended before the rank said it was done (hvd_shutdown
   // sets kFinalizedKeyPrefix + its rank, rendezvous/protocol.h): it left the job, by exiting or crashing.
   std::function<void(int rank)> on_rank_left;
+  // A rank set kSilentKeyPrefix + its rank: it made no progress with rank `peer`.
+  std::function<void(int rank, int peer)> on_silent;
 };
 
 

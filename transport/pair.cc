@@ -278,8 +278,10 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
     }
     if (now - last_progress > timeout) {
       Pair* culprit = received < s.recv_len ? in : out;
-      return make_error(ErrorKind::kTimeout, "no progress with " + culprit->peer().describe() + " for " + std::to_string(int(timeout_s)) +
-                        " s (HVDRUN_TIMEOUT)");
+      Error e = make_error(ErrorKind::kTimeout, "no progress with " + culprit->peer().describe() + " for " +
+                                                    std::to_string(int(timeout_s)) + " s (HVDRUN_TIMEOUT)");
+      e.peer_rank = culprit->peer().rank;
+      return e;
     }
     auto left = timeout - (now - last_progress);
     bool recv_waits = received < s.recv_len, send_waits = sent < can_send;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -49,6 +50,47 @@ TEST(Hardening, RankThatLeftFirstIsBlamed) {
     EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) exited with code 0 while the other ranks still waited on it"),
               std::string::npos)
         << o.err;
+  }
+}
+
+// A rank stopped (SIGSTOP) in the middle of collectives stalls the ring: every other rank
+// in a transfer times out naming the neighbour it waited on, which is innocent for all but
+// one of them. hvdrun weighs the reports and names the stopped rank, whichever reported
+// first. (Stopped between two cycles, it leaves the others waiting for its requests, as a
+// rank busy computing would: that is the stall check's, which names it too.)
+TEST(Hardening, StalledRingNamesTheStoppedRankNotAWaitingNeighbour) {
+  for (int stopped : {1, 2, 3}) {
+    std::string dir = make_temp_dir();
+    Process p(hvd({"-np", "4", "--kill-grace", "2", "sh", "-c",
+                   "echo $$ > " + dir + "/pid$HOROVOD_RANK; exec " + std::string(ENGINE_WORKER_BIN) + " steps 100000000"}),
+              {{"HVDRUN_TIMEOUT", "2"}, {"HVDRUN_STALL_CHECK_TIME_SECONDS", "1"},
+               {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "3"}});
+    std::string pidfile = dir + "/pid" + std::to_string(stopped);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (read_file(pidfile).empty() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    pid_t pid = std::atoi(read_file(pidfile).c_str());
+    ASSERT_GT(pid, 0) << "rank " << stopped << " never started";
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // in the middle of its steps
+    kill(pid, SIGSTOP);
+    auto o = p.wait(60);
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(o.timed_out) << "a stopped rank (" << stopped << ") hung the job: " << o.err.substr(o.err.size() > 3000 ? o.err.size() - 3000 : 0);
+    EXPECT_EQ(o.exit_code, 1) << o.err;
+    std::string who = "rank " + std::to_string(stopped) + " (host localhost)";
+    if (o.err.find("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS") != std::string::npos) {
+      EXPECT_NE(o.err.find(who + " has not submitted"), std::string::npos) << o.err;
+      for (int r = 0; r < 4; ++r) {
+        if (r == stopped) continue;
+        EXPECT_EQ(o.err.find("rank " + std::to_string(r) + " (host localhost) has not submitted"), std::string::npos)
+            << o.err;
+      }
+    } else {
+      EXPECT_NE(o.err.find("hvdrun: " + who + " made no progress within HVDRUN_TIMEOUT (stopped or hung?); "),
+                std::string::npos)
+          << o.err;
+    }
+    EXPECT_FALSE(pid_alive(pid)) << "the stopped rank outlived the job";
   }
 }
 

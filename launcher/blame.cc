@@ -1,0 +1,36 @@
+#include "launcher/blame.h"
+
+namespace hvdrun {
+
+namespace {
+
+std::set<int> heard_from(const std::vector<SilenceReport>& reports, const std::set<int>& ended) {
+  std::set<int> heard = ended;
+  for (const auto& r : reports) heard.insert(r.rank);
+  return heard;
+}
+
+}  // namespace
+
+int silent_rank(const std::vector<SilenceReport>& reports, const std::set<int>& ended, int size) {
+  std::set<int> heard = heard_from(reports, ended);
+  for (const auto& r : reports)
+    if (r.peer >= 0 && r.peer < size && !heard.count(r.peer)) return r.peer;
+  int silent = -1, count = 0;
+  for (int r = 0; r < size; ++r)
+    if (!heard.count(r)) {
+      silent = r;
+      ++count;
+    }
+  if (count == 1) return silent;
+  return reports.front().peer;
+}
+
+bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set<int>& ended, int size) {
+  std::set<int> heard = heard_from(reports, ended);
+  int missing = 0;
+  for (int r = 0; r < size; ++r) missing += heard.count(r) ? 0 : 1;
+  return missing <= 1;
+}
+
+}  // namespace hvdrun

@@ -1,0 +1,30 @@
+#include "launcher/blame.h"
+
+#include <gtest/gtest.h>
+
+using namespace hvdrun;
+
+TEST(Blame, TheNamedRankThatNeverReportedIsTheOneStalled) {
+  // Ring 0->1->2->3->0, rank 2 stopped: 3 names 2 (right), 0 names 3 and 1 names 0 (wrong),
+  // whichever of them reports first.
+  std::vector<SilenceReport> r = {{1, 0, ""}, {0, 3, ""}, {3, 2, ""}};
+  EXPECT_EQ(silent_rank(r, {}, 4), 2);
+  EXPECT_EQ(silent_rank({{3, 2, ""}, {1, 0, ""}}, {}, 4), 2);
+}
+
+TEST(Blame, AReporterOrAnEndedRankIsNeverBlamedWhenAnotherIsSilent) {
+  // Rank 1 timed out naming 0; rank 0 then failed on 1's closed connection and exited:
+  // rank 2, the one that neither spoke nor ended, stalled the ring.
+  EXPECT_EQ(silent_rank({{1, 0, ""}}, {0}, 3), 2);
+  // Two ranks silent and none named: the first report's peer.
+  EXPECT_EQ(silent_rank({{1, 0, ""}}, {0}, 4), 0);
+  // Only the stopped rank's right neighbour timed out: it named the right one.
+  EXPECT_EQ(silent_rank({{3, 2, ""}}, {}, 4), 2);
+}
+
+TEST(Blame, AccountedOnceAllButOneRankHaveSpoken) {
+  EXPECT_FALSE(silence_accounted({{1, 0, ""}}, {}, 4));
+  EXPECT_FALSE(silence_accounted({{1, 0, ""}, {0, 3, ""}}, {}, 4));
+  EXPECT_TRUE(silence_accounted({{1, 0, ""}, {0, 3, ""}}, {3}, 4));
+  EXPECT_TRUE(silence_accounted({{1, 0, ""}}, {}, 2));
+}

@@ -273,9 +273,15 @@ int run_job(const LaunchOptions& opts, char** envp) {
   // hvdrun's output has no reader any more (`hvdrun ... | head -1`): the job ends as mpirun's
   // does, without a word (the reader is gone) and with SIGPIPE's status, 141.
   (*sink)->on_reader_gone([&agent] { agent.request_teardown("", 128 + SIGPIPE); });
+  // An --output-filename file cannot be written (a full disk): the job ends, exit 7.
+  (*sink)->on_file_failure(
+      [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
   struct ClearReaderGone {
     TaggedOutput& s;
-    ~ClearReaderGone() { s.on_reader_gone(nullptr); }
+    ~ClearReaderGone() {
+      s.on_reader_gone(nullptr);
+      s.on_file_failure(nullptr);
+    }
   } clear_reader_gone{**sink};
 
   rdv::ServerOptions so;

@@ -57,15 +57,18 @@ Result<std::unique_ptr<TaggedOutput>> TaggedOutput::create(const TaggedOutputOpt
     if (ec) return error_of(ErrorKind::kUsage, "--output-filename '" + opts.output_dir + "': cannot create " + dir.string() + ": " +
                                   ec.message());
     std::array<UniqueFd, 2> fds;
+    std::array<std::string, 2> paths;
     const char* names[2] = {"stdout", "stderr"};
     for (int i = 0; i < 2; ++i) {
       std::string path = (dir / names[i]).string();
+      paths[i] = path;
       fds[i].reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fds[i].valid())
         return error_of(ErrorKind::kUsage, "--output-filename '" + opts.output_dir + "': cannot open " + path + ": " +
                               std::strerror(errno));
     }
     sink->files_.emplace(r, std::move(fds));
+    sink->paths_.emplace(r, std::move(paths));
   }
   return sink;
 }
@@ -80,7 +83,29 @@ void TaggedOutput::write_lines(int rank, StreamKind stream, std::string_view lin
     tagged.append(line);
   });
   (stream == StreamKind::kStdout ? out_ : err_).write(std::move(tagged));
-  if (auto it = files_.find(rank); it != files_.end()) (void)write_all(it->second[static_cast<int>(stream)].get(), lines);
+  auto it = files_.find(rank);
+  if (it == files_.end()) return;
+  std::function<void(std::string)> report;
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lk(file_failure_mu_);
+    if (file_failed_) return;
+    int i = static_cast<int>(stream);
+    Status st = write_all(it->second[i].get(), lines);
+    if (st) return;
+    // A full disk (or any failed write) must not pass silently: the job ends with
+    // "output failed" (exit 7), as the man page's EXIT STATUS says.
+    file_failed_ = true;
+    message = "hvdrun: --output-filename: cannot write " + paths_[rank][i] + ": " + st.error().message +
+              "; the job's output is incomplete";
+    report = on_file_failure_;
+  }
+  if (report) report(std::move(message));
+}
+
+void TaggedOutput::on_file_failure(std::function<void(std::string message)> fn) {
+  std::lock_guard<std::mutex> lk(file_failure_mu_);
+  on_file_failure_ = std::move(fn);
 }
 
 bool TaggedOutput::congested() const { return out_.backlog() + err_.backlog() > kHighWater; }

@@ -54,6 +54,10 @@ class TaggedOutput : public OutputSink {
   // `fn` is called (from a writer thread) when hvdrun's stdout or stderr has no reader any
   // more (EPIPE): `hvdrun ... | head -1` once head has exited. nullptr clears it.
   void on_reader_gone(std::function<void()> fn);
+  // `fn` is called once, with a one-line message, when a write to an --output-filename file
+  // fails (the disk is full, ...); the files are not written from then on. Called from the
+  // thread that writes the lines. nullptr clears it.
+  void on_file_failure(std::function<void(std::string message)> fn);
 
  private:
   explicit TaggedOutput(const TaggedOutputOptions& opts);
@@ -61,6 +65,10 @@ class TaggedOutput : public OutputSink {
   TaggedOutputOptions opts_;
   AsyncWriter out_, err_;
   std::unordered_map<int, std::array<UniqueFd, 2>> files_;  // rank -> {stdout, stderr}
+  std::unordered_map<int, std::array<std::string, 2>> paths_;  // rank -> their paths
+  std::mutex file_failure_mu_;
+  std::function<void(std::string)> on_file_failure_;
+  bool file_failed_ = false;  // a write failed: the files are given up
 };
 
 }  // namespace hvdrun

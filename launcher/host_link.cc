@@ -7,12 +7,14 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -243,6 +245,9 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
 
 namespace {
 
+// How long a launch command's client gets to end after SIGTERM at the end of the job.
+constexpr std::chrono::seconds kClientGrace{2};
+
 class CommandLink : public HostLink {
  public:
   CommandLink(pid_t pid, UniqueFd in, UniqueFd out, UniqueFd err, std::string label)
@@ -252,9 +257,23 @@ class CommandLink : public HostLink {
     out_.reset();
     err_fd_.reset();
     if (pid_ > 0 && !status_) {
-      kill(-pid_, SIGTERM);  // the client only: the agent ends on the EOF it sees
+      // The client only: the agent ends on the EOF it sees. SIGCONT first: a stopped client
+      // (SIGSTOP, a paused container) holds SIGTERM, and a blocking wait on it held hvdrun
+      // forever after it had reported the lost contact (found by the chaos suite); SIGKILL
+      // if it has not ended within kClientGrace.
+      kill(-pid_, SIGCONT);
+      kill(-pid_, SIGTERM);
       int st;
-      waitpid(pid_, &st, 0);
+      auto deadline = std::chrono::steady_clock::now() + kClientGrace;
+      while (true) {
+        pid_t r = waitpid(pid_, &st, WNOHANG);
+        if (r == pid_ || (r < 0 && errno != EINTR)) return;
+        if (std::chrono::steady_clock::now() >= deadline) break;
+        usleep(10000);
+      }
+      kill(-pid_, SIGKILL);
+      while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+      }
     }
   }
   const std::string& label() const override { return label_; }

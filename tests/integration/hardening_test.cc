@@ -171,3 +171,26 @@ TEST(Hardening, FullDiskForOutputFilenameEndsTheJobWithExit7) {
   EXPECT_LT(took, 20) << "the job ran on after its output could not be written";
   std::filesystem::remove_all(dir);
 }
+
+// A launch command's client that is stopped (here the client is the agent itself, as with
+// a paused container): hvdrun reports the lost contact and ends; it waited on the stopped
+// client forever after its report (found by the chaos suite).
+TEST(Hardening, StoppedLaunchCommandClientDoesNotHoldHvdrun) {
+  std::string dir = make_temp_dir();
+  Process p(hvd({"-np", "1", "-H", "fakehost:1", "--kill-grace", "1", "--launch-command",
+                 "sh -c \"exec \\\"\\$@\\\"\" {host}", "sh", "-c", "echo $PPID > " + dir + "/agent; exec sleep 120"}),
+            {{"HVDRUN_HEARTBEAT_TIMEOUT", "2"}});
+  ASSERT_TRUE(wait_for_lines(dir + "/agent", 1, 30));
+  pid_t agent = std::stoi(read_file(dir + "/agent"));
+  auto t0 = std::chrono::steady_clock::now();
+  kill(agent, SIGSTOP);
+  auto o = p.wait(30);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kill(agent, SIGCONT);  // (a no-op once it is gone)
+  ASSERT_FALSE(o.timed_out) << "hvdrun waited on its stopped launch-command client";
+  EXPECT_EQ(o.exit_code, 5) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: lost contact with the agent on fakehost for "), std::string::npos) << o.err;
+  EXPECT_LT(took, 15);
+  EXPECT_TRUE(wait_gone({agent}, 5).empty()) << "the stopped agent outlived the job";
+  std::filesystem::remove_all(dir);
+}

@@ -397,6 +397,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   workers_.reserve(launches.size());
   for (auto& l : launches) {
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
+    l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;  // the child registers itself
     auto spawned = spawn_worker(l.request);
     if (!spawned) {
       teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,

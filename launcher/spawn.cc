@@ -4,11 +4,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "launcher/exit_status.h"
@@ -52,45 +52,74 @@ static Error pipe_error() {
 }
 
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
-  int out[2], err[2];
+  int out[2], err[2], status[2];
   if (pipe2(out, O_CLOEXEC) != 0) return pipe_error();
   UniqueFd out_r(out[0]), out_w(out[1]);
   if (pipe2(err, O_CLOEXEC) != 0) return pipe_error();
   UniqueFd err_r(err[0]), err_w(err[1]);
+  // The child's exec errno comes back through this one (closed by a successful exec).
+  if (pipe2(status, O_CLOEXEC) != 0) return pipe_error();
+  UniqueFd status_r(status[0]), status_w(status[1]);
+  UniqueFd devnull;
+  int in_fd = req.stdin_fd;
+  if (in_fd < 0) {
+    devnull.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!devnull.valid()) return error_of(ErrorKind::kLaunchFailed, std::string("/dev/null: ") + std::strerror(errno));
+    in_fd = devnull.get();
+  }
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (req.stdin_fd >= 0)
-    posix_spawn_file_actions_adddup2(&fa, req.stdin_fd, 0);
-  else
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : handled_signals()) sigaddset(&defaults, s);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
+  // Everything the child needs is made here: after fork it calls only async-signal-safe
+  // functions (hvdrun has threads).
   std::vector<char*> argv, envp;
   for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  std::vector<int> defaults = handled_signals();
+  defaults.push_back(SIGPIPE);
+  sigset_t none;
+  sigemptyset(&none);
+  const char* exe = req.exe.c_str();
+  int fds[3] = {in_fd, out_w.get(), err_w.get()};
+  int reg = req.register_fd, status_fd = status_w.get();
 
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, req.exe.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0)
+  pid_t pid = fork();
+  if (pid < 0) return error_of(ErrorKind::kLaunchFailed, std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    if (reg >= 0) {
+      int32_t v = static_cast<int32_t>(getpid());
+      while (write(reg, &v, sizeof v) < 0 && errno == EINTR) {
+      }
+    }
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s : defaults) sigaction(s, &dfl, nullptr);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int target = 0; target < 3; ++target) {
+      // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
+      if (fds[target] == target) fcntl(target, F_SETFD, 0);
+      else dup2(fds[target], target);
+    }
+    execve(exe, argv.data(), envp.data());
+    int e = errno;
+    while (write(status_fd, &e, sizeof e) < 0 && errno == EINTR) {
+    }
+    _exit(127);
+  }
+  setpgid(pid, pid);  // (also here: a kill(-pid) right after the return finds the group)
+  status_w.reset();
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = ::read(status_r.get(), &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    int rc = child_errno;
     return make_error(req.argv[0] + ": " + std::strerror(rc), rc == ENOENT ? 127 : (rc == EACCES || rc == ENOEXEC) ? 126 : 3);
+  }
   SpawnedWorker w;
   w.pid = pid;
   w.out = std::move(out_r);

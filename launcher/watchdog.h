@@ -24,6 +24,9 @@ class Watchdog {
   // Normal end: every group is already gone; the watchdog exits without killing anything.
   void disarm();
   pid_t pid() const { return pid_; }
+  // The pipe's write end: a worker being spawned writes its process group there itself
+  // (SpawnRequest::register_fd), as watch() does.
+  int fd() const { return pipe_.get(); }
 
  private:
   Watchdog() = default;

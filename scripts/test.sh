@@ -16,8 +16,9 @@ scripts/test-horovod.sh
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
   # "process" = the real hvdrun with real workers, "gpu" = device collectives (skipped
-  # without a GPU), "cluster" = jobs across netns sshd hosts (root). ASan/UBSan and TSan
-  # run all but gpu. The sanitizer builds are
+  # without a GPU), "cluster" = jobs across netns sshd hosts (root), "chaos" = 500 seeded
+  # fault trials (tests/chaos/chaos, ~5 min; in the main build above only). ASan/UBSan and
+  # TSan run all but gpu and chaos. The sanitizer builds are
   # the builds without CUDA (HVDRUN_WITH_CUDA=OFF); the main build takes CUDA and NCCL when
   # they are installed: CI builds both ways.
   for san in address:'runtime|process|cluster' thread:'runtime|process|cluster'; do

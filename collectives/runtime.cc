@@ -56,6 +56,7 @@ Result<RankView> rank_view_from_env(const std::function<const char*(const char*)
 
 Status Runtime::init() {
   if (initialized_) return {};
+  if (auto s = check_tunables(TunableUse::kWorker); !s) return err(HVD_ERR_INVALID_ARGUMENT, s.error().message);
   const char* addr = std::getenv("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) {
     // Not started by hvdrun: a job of one, as Horovod does.

@@ -123,7 +123,46 @@ constexpr Tunable kTable[] = {
     {"PYTHONUNBUFFERED", "1", TunableUse::kContract, "Set so Python workers' output is not held back."},
 };
 
+// The numeric tunables and their ranges (the others are words or addresses).
+struct Range {
+  std::string_view env;
+  double min, max;
+  std::string_view unit;
+  std::string_view note = "";
+};
+constexpr Range kRanges[] = {
+    {"HVDRUN_START_TIMEOUT", 0.001, 1e7, "seconds"},
+    {"HVDRUN_KILL_GRACE", 0, 1e7, "seconds"},
+    {"HVDRUN_HEARTBEAT_TIMEOUT", 3, 1e7, "seconds", " (longer than the 2 s between heartbeats)"},
+    {"HVDRUN_TIMEOUT", 0.001, 1e7, "seconds"},
+    {"HVDRUN_SEGMENT_BYTES", 4096, 1 << 30, "bytes"},
+    {"HVDRUN_SOCKET_BUFFER", 0, 1 << 30, "bytes"},
+    {"HVDRUN_SHM_RING_BYTES", 4096, 1 << 30, "bytes"},
+    {"HVDRUN_FUSION_THRESHOLD", 0, 1ull << 40, "bytes"},
+    {"HVDRUN_CYCLE_TIME", 0, 1e6, "milliseconds"},
+    {"HVDRUN_CACHE_CAPACITY", 0, 1e7, "entries"},
+    {"HVDRUN_STALL_CHECK_TIME_SECONDS", 0, 1e7, "seconds"},
+    {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", 0, 1e7, "seconds"},
+};
+
 }  // namespace
+
+Status check_tunables(TunableUse use) {
+  for (const auto& r : kRanges) {
+    const Tunable* t = find_tunable(r.env);
+    if (!t || t->use != use) continue;
+    std::string name(r.env);
+    const char* v = std::getenv(name.c_str());
+    if (!v && !t->horovod.empty()) {
+      name = std::string(t->horovod);
+      v = std::getenv(name.c_str());
+    }
+    if (!v) continue;
+    if (auto d = parse_double(v, name, r.min, r.max); !d)
+      return make_error(ErrorKind::kUsage, d.error().message + " (" + std::string(r.unit) + ")" + std::string(r.note));
+  }
+  return {};
+}
 
 std::span<const Tunable> all_tunables() { return kTable; }
 

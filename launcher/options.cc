@@ -497,6 +497,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     if (!n) return n.error();
     o.np = static_cast<int>(*n);
   }
+  // The environment's settings, hvdrun's and the workers' alike, before anything starts.
+  for (auto use : {TunableUse::kLauncher, TunableUse::kWorker})
+    if (auto s = check_tunables(use); !s) return s.error();
   if (start_timeout_s.empty()) start_timeout_s = tunable_string("HVDRUN_START_TIMEOUT");
   auto st = parse_double(start_timeout_s, "--start-timeout", 0.001, 1e7);
   if (!st) return st.error();

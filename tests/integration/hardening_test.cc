@@ -94,6 +94,21 @@ TEST(Hardening, StalledRingNamesTheStoppedRankNotAWaitingNeighbour) {
   }
 }
 
+// A bad numeric setting for the workers fails hvd_init naming it (-x reaches only the
+// workers, so hvdrun cannot check it first); one exported to hvdrun is refused up front.
+TEST(Hardening, BadNumericSettingsAreRefusedNamingThem) {
+  auto o = run(hvd({"-np", "2", "-x", "HOROVOD_CYCLE_TIME=fast", ENGINE_WORKER_BIN, "async"}), 60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find("hvd_init() failed (2): HOROVOD_CYCLE_TIME 'fast': expected a number (milliseconds)"),
+            std::string::npos)
+      << o.err;
+  auto e = run(hvd({"-np", "2", "true"}), 60, {{"HVDRUN_HEARTBEAT_TIMEOUT", "1"}});
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_EQ(e.err, "hvdrun: HVDRUN_HEARTBEAT_TIMEOUT '1': expected a number from 3 to 1e+07 (seconds) (longer than "
+                   "the 2 s between heartbeats)\n");
+}
+
 // Teardown resumes a stopped rank before SIGTERM: the job ends at once, not after the
 // grace (30 s here).
 TEST(Hardening, StoppedRankIsResumedAndEndsAtTeardown) {

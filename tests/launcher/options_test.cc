@@ -97,6 +97,33 @@ TEST(Options, HorovodFlagAndEnvironment) {
   EXPECT_EQ(r.error().kind, ErrorKind::kUsage);
 }
 
+TEST(Options, NumericSettingsInTheEnvironmentAreCheckedBeforeAnythingStarts) {
+  struct Case {
+    const char* env;
+    const char* value;
+    const char* message;
+  } cases[] = {
+      {"HVDRUN_HEARTBEAT_TIMEOUT", "2",
+       "HVDRUN_HEARTBEAT_TIMEOUT '2': expected a number from 3 to 1e+07 (seconds) (longer than the 2 s between "
+       "heartbeats)"},
+      {"HVDRUN_TIMEOUT", "abc", "HVDRUN_TIMEOUT 'abc': expected a number (seconds)"},
+      {"HOROVOD_FUSION_THRESHOLD", "-1", "HOROVOD_FUSION_THRESHOLD '-1': expected a number from 0 to"},
+      {"HVDRUN_SEGMENT_BYTES", "100", "HVDRUN_SEGMENT_BYTES '100': expected a number from 4096 to"},
+  };
+  for (const auto& c : cases) {
+    setenv(c.env, c.value, 1);
+    auto r = parse({"-np", "2", "true"});
+    unsetenv(c.env);
+    ASSERT_FALSE(r.ok()) << c.env;
+    EXPECT_EQ(r.error().message.rfind(c.message, 0), 0u) << r.error().message;
+    EXPECT_EQ(r.error().kind, ErrorKind::kUsage);
+  }
+  setenv("HVDRUN_HEARTBEAT_TIMEOUT", "3.5", 1);
+  auto ok = parse({"-np", "2", "true"});
+  unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
+  EXPECT_TRUE(ok.ok()) << ok.error().message;
+}
+
 TEST(Options, StartTimeoutFromEnvironment) {
   setenv("HVDRUN_START_TIMEOUT", "7", 1);
   auto r = parse({"-np", "1", "true"});

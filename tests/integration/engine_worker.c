@@ -161,23 +161,24 @@ static int async_mode(void) {
   /* duplicate pending name: rank 0 resubmits "dup" while it is surely pending (the other
    * ranks submit it only after rank 0's "dup.checked" broadcast, which the engine runs while
    * "dup" waits); otherwise "dup" could finish between the two submissions, and a name is a
-   * duplicate only while it is pending, as in Horovod */
+   * duplicate only while it is pending, as in Horovod. A job of one finishes "dup" as soon
+   * as the engine's thread sees it: there the check is left to the engine's unit tests. */
   {
     float a = 1, b;
     int checked = 0;
     hvd_handle_t h1, h2;
-    if (r == 0) {
+    if (r == 0 && n > 1) {
       CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
       EXPECT(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h2) == HVD_ERR_INVALID_ARGUMENT,
              "duplicate name accepted");
       EXPECT(strstr(hvd_last_error(), "'dup'") != NULL, "duplicate error: %s", hvd_last_error());
-      checked = 1;
     }
+    if (r == 0) checked = 1;
     hvd_handle_t hb;
     CHECK(hvd_broadcast_async("dup.checked", &checked, 1, HVD_INT32, 0, &hb));
     CHECK(hvd_wait(hb));
     EXPECT(checked == 1, "dup.checked broadcast gave %d", checked);
-    if (r != 0) CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
+    if (r != 0 || n == 1) CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
     CHECK(hvd_wait(h1));
     EXPECT(b == (float)n, "dup allreduce gave %f, expected %d", b, n);
   }

@@ -61,6 +61,8 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
   if (!job.iface.empty()) {
     env["NCCL_SOCKET_IFNAME"] = job.iface;
     env["GLOO_SOCKET_IFNAME"] = job.iface;
+  } else if (job.horovod_port > 0 && !job.gloo_iface.empty()) {
+    env["NCCL_SOCKET_IFNAME"] = job.gloo_iface;  // --horovod: as horovodrun --gloo (lo for a local job)
   }
   // 2. The user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD).
   for (const auto& [k, v] : launcher_env) {

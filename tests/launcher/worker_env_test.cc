@@ -67,6 +67,8 @@ TEST(WorkerEnv, HorovodGlooVariablesOnlyWithHorovod) {
   EXPECT_EQ(env["HOROVOD_HOSTNAME"], "localhost");
   EXPECT_EQ(env["HOROVOD_RANK"], "1");
   EXPECT_EQ(env["HVDRUN_RENDEZVOUS_PORT"], "4000");  // hvdrun's own stays
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "lo");        // horovodrun's default too, the user's wins:
+  EXPECT_EQ(build_worker_env({{"NCCL_SOCKET_IFNAME", "ib0"}}, {}, job, r, 0)["NCCL_SOCKET_IFNAME"], "ib0");
   job.gloo_iface = "";
   EXPECT_EQ(build_worker_env({}, {}, job, r, 0).count("HOROVOD_GLOO_IFACE"), 0u);
 }

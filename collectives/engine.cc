@@ -509,7 +509,7 @@ void Engine::drive(const std::function<bool()>& stop_when, bool block) {
       std::lock_guard<std::mutex> lk(mu_);
       if (broken_) return;
     }
-    if (opts_.rank == 0) check_stall();
+    check_stall();
     if (int why = work_now()) {
       if (why == 1 && last_cycle_idle_ && opts_.cycle_ms > 0) {
         // The last cycle found nothing ready: give new requests HVDRUN_CYCLE_TIME to
@@ -1286,6 +1286,9 @@ void Engine::check_stall() {
     stall_warned_ = false;
     return;
   }
+  // Rank 0 warns; any rank ends a job stalled past the shutdown time (rank 0 may be the
+  // rank that stalled it: stopped, or hung in the program).
+  if (opts_.rank != 0 && !fatal) return;
   if (stall_warned_ && !fatal) return;
   stall_warned_ = true;
   std::string report;

@@ -71,7 +71,8 @@ struct EngineOptions {
   std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)
   // Device collectives, made on first use (on every rank at the same response).
   std::function<Result<GpuCollectives*>()> gpu;
-  // Rank 0: a stall report (one line per name) for hvdrun; `fatal` when past shutdown.
+  // A stall report (one line per name) for hvdrun: rank 0's warning, or any rank's `fatal`
+  // report past the shutdown time.
   std::function<void(const std::string& report, bool fatal)> on_stall;
   // A failure that is another rank's doing, for hvdrun's report (the job ends): a rank
   // called hvd_shutdown while this one still waited on it.

@@ -194,7 +194,7 @@ TEST(Hardening, StoppedLaunchCommandClientDoesNotHoldHvdrun) {
   std::string dir = make_temp_dir();
   Process p(hvd({"-np", "1", "-H", "fakehost:1", "--kill-grace", "1", "--launch-command",
                  "sh -c \"exec \\\"\\$@\\\"\" {host}", "sh", "-c", "echo $PPID > " + dir + "/agent; exec sleep 120"}),
-            {{"HVDRUN_HEARTBEAT_TIMEOUT", "2"}});
+            {{"HVDRUN_HEARTBEAT_TIMEOUT", "3"}});
   ASSERT_TRUE(wait_for_lines(dir + "/agent", 1, 30));
   pid_t agent = std::stoi(read_file(dir + "/agent"));
   auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -270,8 +271,15 @@ void LocalAgent::reap() {
 // are weighed together: a signal death is the likelier cause, then the lowest rank (as
 // mpirun reports).
 void LocalAgent::report_failure() {
-  auto better = [](const FailedWorker& a, const FailedWorker& b) {
+  // Then the rank that left the rendezvous first (its peers fail on its closed connections
+  // and exit within the same moment: e.g. its hvd_init failed), then the lowest rank.
+  auto left_at = [this](int rank) {
+    auto it = left_.find(rank);
+    return it == left_.end() ? std::numeric_limits<double>::infinity() : it->second;
+  };
+  auto better = [&left_at](const FailedWorker& a, const FailedWorker& b) {
     if (WIFSIGNALED(a.status) != WIFSIGNALED(b.status)) return WIFSIGNALED(a.status);
+    if (left_at(a.rank) != left_at(b.rank)) return left_at(a.rank) < left_at(b.rank);
     return a.rank < b.rank;
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "launcher/exit_status.h"
@@ -139,10 +140,21 @@ Result<std::vector<std::pair<std::string, std::string>>> read_config_file(const 
   auto st = std::filesystem::status(path, ec);
   if (ec) return fail(ec.message());
   if (!std::filesystem::is_regular_file(st)) return fail("not a regular file");
-  if (std::filesystem::file_size(path, ec) > (1u << 20)) return fail("larger than 1 MiB");
+  if (std::filesystem::file_size(path, ec) > kMaxConfigBytes) return fail("larger than 1 MiB");
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return fail("cannot be read");
+  return parse_config_text(text, "--config-file '" + printable(path) + "'");
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> parse_config_text(std::string_view text,
+                                                                           const std::string& what) {
+  // yaml-cpp's messages quote the input's bytes at times: one printable line, always.
+  auto fail = [&](const std::string& why) { return error_of(ErrorKind::kUsage, what + ": " + printable(why, 300, true)); };
+  if (text.size() > kMaxConfigBytes) return fail("larger than 1 MiB");
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return fail(std::string("not YAML: ") + e.what());
   }

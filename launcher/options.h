@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -50,5 +51,12 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
 
 // The table of environment variables (common/tunables.cc), for --help-env.
 std::string environment_help();
+
+// Horovod's --config-file YAML (horovod/runner/common/util/config_parser.py): sections of
+// keys, each the same as a flag. Returns (flag, value) pairs, "1"/"0" for booleans; an
+// error is one printable line that starts with `what`.
+constexpr size_t kMaxConfigBytes = 1u << 20;
+Result<std::vector<std::pair<std::string, std::string>>> parse_config_text(std::string_view text,
+                                                                           const std::string& what);
 
 }  // namespace hvdrun

@@ -286,14 +286,16 @@ void LocalAgent::report_failure() {
   report_at_.reset();
   // A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
   // the failures itself, is the likelier cause: its peers fail on its closed connections.
-  // The first to leave is blamed.
+  // The first to leave is blamed; unless a rank was killed by a signal, the likeliest
+  // cause of all (a killed remote rank's connection can close after an innocent peer's,
+  // whose own failure is still on its way from its host).
   std::optional<std::pair<int, double>> left_first;
   for (const auto& [rank, when] : left_) {
     if (when > first_failure_at_) continue;
     bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
     if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
   }
-  if (left_first && !opts_.on_failure) {
+  if (left_first && !opts_.on_failure && !WIFSIGNALED(f.status)) {
     int rank = left_first->first;
     std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
     msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";

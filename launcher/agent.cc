@@ -149,6 +149,14 @@ void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
   wake();
 }
 
+void LocalAgent::remote_exited_0(int rank) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    exit0_requests_.emplace_back(rank, now_s());
+  }
+  wake();
+}
+
 void LocalAgent::rank_left(int rank) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
@@ -260,7 +268,10 @@ void LocalAgent::reap() {
       if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
         note_failure({w.rank, w.host, st});
       else
+      {
         exited_0_.emplace(w.rank, now_s());
+        if (opts_.on_exit0) opts_.on_exit0(w.rank);
+      }
       break;
     }
   }
@@ -544,8 +555,10 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       std::vector<FailedWorker> remote;
       std::vector<std::pair<int, double>> left;
       std::vector<SilenceReport> silences;
+      std::vector<std::pair<int, double>> exit0;
       {
         std::lock_guard<std::mutex> lk(control_mu_);
+        exit0.swap(exit0_requests_);
         silences.swap(silence_requests_);
         req.swap(control_request_);
         sigs.swap(signal_requests_);
@@ -554,6 +567,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       }
       for (auto& f : remote) note_failure(std::move(f));
       for (auto& [rank, when] : left) left_.emplace(rank, when);
+      for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
       for (auto& s : silences) {
         if (tearing_down_) break;
         silences_.push_back(std::move(s));

@@ -36,6 +36,8 @@ struct AgentOptions {
   // Agent mode: the failure this host weighed first goes here (for hvdrun to weigh with
   // the other hosts') instead of being reported as a line; the teardown is silent.
   std::function<void(int rank, const std::string& host, int wait_status)> on_failure;
+  // Agent mode: a rank exited with code 0 (hvdrun names such a rank when it left early).
+  std::function<void(int rank)> on_exit0;
 };
 
 // The workers of another host, run by a remote agent. The agent's loop thread calls these.
@@ -79,6 +81,8 @@ class LocalAgent {
   void request_teardown(std::string message, int exit_code);
   // Thread-safe: a remote worker failed (weighed with the local failures).
   void remote_failure(int rank, std::string host, int wait_status);
+  // Thread-safe: a remote rank exited with code 0.
+  void remote_exited_0(int rank);
   // Thread-safe: `rank` left the job (its rendezvous connection ended without
   // hvd_shutdown). If others then fail, it is the one blamed.
   void rank_left(int rank);
@@ -123,6 +127,7 @@ class LocalAgent {
   std::set<pid_t> preexisting_;  // children of this process before the workers started
   std::set<pid_t> adopted_;      // adopted descendants already sent SIGTERM
   std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
+  std::vector<std::pair<int, double>> exit0_requests_;  // under control_mu_: (rank, when)
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
   double first_failure_at_ = 0;

@@ -42,6 +42,7 @@ enum class Type : uint8_t {
   kHeartbeat = 10,
   kStdin = 11,
   kAttach = 12,  // agent -> hvdrun, first on a connection the agent dialed (JSON: token, task, node)
+  kExited = 13,  // agent -> hvdrun: a rank exited with code 0 (JSON: rank), for the blame
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds

@@ -277,6 +277,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
     stdin_writer = new AsyncWriter(UniqueFd(p[1]));
     ao.rank0_stdin_fd = p[0];
   }
+  ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, nlohmann::json{{"rank", rank}}.dump()); };
   ao.on_failure = [&link](int rank, const std::string&, int status) {
     link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
   };

@@ -146,6 +146,9 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
           failed_reported = true;
           agent.remote_failure(j.value("rank", -1), host_, j.value("status", 1 << 8));
         }
+      } else if (f.type == Type::kExited) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        if (j.is_object()) agent.remote_exited_0(j.value("rank", -1));
       } else if (f.type == Type::kDone) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         int code = j.is_object() ? j.value("code", 0) : 0;

@@ -173,6 +173,10 @@ void LocalAgent::report_silence(int rank, int peer, std::string message) {
   wake();
 }
 
+int LocalAgent::job_size() const {
+  return rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size());
+}
+
 std::set<int> LocalAgent::ended_ranks() const {
   std::set<int> ended;
   for (const auto& f : failures_) ended.insert(f.rank);
@@ -185,7 +189,7 @@ std::set<int> LocalAgent::ended_ranks() const {
 // a rank that waited on it.
 void LocalAgent::report_stall_culprit() {
   silence_at_.reset();
-  int size = rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size());
+  int size = job_size();
   int culprit = silent_rank(silences_, ended_ranks(), size);
   // A local rank that is stopped outright is the one (the reports alone cannot tell a
   // stopped rank from a live one waiting for its turn in the ring).
@@ -451,8 +455,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
     if (silence_at_ &&
         (all_exited || now_s() >= *silence_at_ ||
-         silence_accounted(silences_, ended_ranks(),
-                           rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size()))))
+         silence_accounted(silences_, ended_ranks(), job_size())))
       report_stall_culprit();
     // While silence reports are weighed, the failures they cause wait for that verdict.
     if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {

@@ -141,6 +141,7 @@ class LocalAgent {
   std::optional<double> silence_at_;  // when the silence reports so far are weighed
   void report_stall_culprit();
   std::set<int> ended_ranks() const;
+  int job_size() const;  // ranks in the job (every host's), for the silence verdict
   AgentResult result_;
 };
 

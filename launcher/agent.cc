@@ -390,6 +390,35 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
            128 + sig);
 }
 
+// What the other threads asked for (remote hosts' reports, relayed signals, a teardown).
+void LocalAgent::take_requests() {
+  std::optional<std::pair<std::string, int>> req;
+  std::vector<int> sigs;
+  std::vector<FailedWorker> remote;
+  std::vector<std::pair<int, double>> left;
+  std::vector<SilenceReport> silences;
+  std::vector<std::pair<int, double>> exit0;
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    exit0.swap(exit0_requests_);
+    silences.swap(silence_requests_);
+    req.swap(control_request_);
+    sigs.swap(signal_requests_);
+    remote.swap(remote_failures_);
+    left.swap(left_requests_);
+  }
+  for (auto& f : remote) note_failure(std::move(f));
+  for (auto& [rank, when] : left) left_.emplace(rank, when);
+  for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
+  for (auto& s : silences) {
+    if (tearing_down_) break;
+    silences_.push_back(std::move(s));
+    if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
+  }
+  for (int sig : sigs) handle_signal(sig, true);
+  if (req) teardown(req->first, req->second);
+}
+
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -452,6 +481,9 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     bool all_exited = true;
     for (auto& w : workers_) all_exited = all_exited && w.exited;
     for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
+    // A remote's thread asks (say, for a teardown) before it marks itself finished: what it
+    // asked is taken before the loop can end on that mark, not lost with the wake-up.
+    take_requests();
     if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
     if (silence_at_ &&
         (all_exited || now_s() >= *silence_at_ ||
@@ -553,31 +585,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       char drainbuf[64];
       while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
       }
-      std::optional<std::pair<std::string, int>> req;
-      std::vector<int> sigs;
-      std::vector<FailedWorker> remote;
-      std::vector<std::pair<int, double>> left;
-      std::vector<SilenceReport> silences;
-      std::vector<std::pair<int, double>> exit0;
-      {
-        std::lock_guard<std::mutex> lk(control_mu_);
-        exit0.swap(exit0_requests_);
-        silences.swap(silence_requests_);
-        req.swap(control_request_);
-        sigs.swap(signal_requests_);
-        remote.swap(remote_failures_);
-        left.swap(left_requests_);
-      }
-      for (auto& f : remote) note_failure(std::move(f));
-      for (auto& [rank, when] : left) left_.emplace(rank, when);
-      for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
-      for (auto& s : silences) {
-        if (tearing_down_) break;
-        silences_.push_back(std::move(s));
-        if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
-      }
-      for (int sig : sigs) handle_signal(sig, true);
-      if (req) teardown(req->first, req->second);
+      take_requests();
     }
     if (stdin_idx >= 0 && (pfds[stdin_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
       char in[4096];

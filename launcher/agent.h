@@ -100,6 +100,7 @@ class LocalAgent {
   void teardown(const std::string& message, int exit_code);
   void signal_all(int sig);
   void reap();
+  void take_requests();
   void report_failure();
   bool any_group_alive() const;
 

@@ -25,7 +25,10 @@ run() {  # $1: 0 = quiet, 1 = under load; output to $OUT/$1.$2
       fi
       sleep 3   # under load: the idle connections are open and the requests flowing
       '"$BENCH"'
-      if [ "'"$1"'" = 1 ]; then kill -TERM $lp; wait $lp; fi
+      if [ "'"$1"'" = 1 ]; then
+        echo "generator: $(awk "{printf \"%.2f\", (\$14 + \$15) / $(getconf CLK_TCK)}" /proc/$lp/stat) s of CPU in $(ps -o etimes= -p $lp | tr -d " ") s"
+        kill -TERM $lp; wait $lp
+      fi
       grep VmHWM /proc/$PPID/status | sed "s/^/hvdrun /"
     else
       exec '"$BENCH"'
@@ -61,6 +64,8 @@ awk -v rounds="$ROUNDS" '
   }' "$OUT"/0.* "$OUT"/1.*
 echo "# load: $IDLE idle connections + $RATE requests/s, per loaded round:"
 grep -h "load: .* requests" "$OUT"/1.* | sed 's/^\[0\]<stdout>://'
+echo "# the load generator itself (on this host, sharing its cores with the ranks):"
+grep -h "generator: " "$OUT"/1.* | sed 's/^\[0\]<stdout>://'
 echo "hvdrun VmHWM quiet: $(grep -h 'hvdrun VmHWM' "$OUT"/0.* | awk '{print $3}' | sort -n | tail -1) kB," \
   "under load: $(grep -h 'hvdrun VmHWM' "$OUT"/1.* | awk '{print $3}' | sort -n | tail -1) kB"
 [ "$failed" = 0 ]

@@ -368,35 +368,8 @@ TEST(Cluster, HorovodStoreAcrossHostsRefusesHostsOutsideTheJob) {
   REQUIRE_CLUSTER();
   std::string dir = make_temp_dir();
   std::string where = dir + "/store", done = dir + "/done";
-  const std::string script = R"(
-import os, sys, time, urllib.request, urllib.error
-addr, port = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]
-base = "http://%s:%s" % (addr, port)
-r, n = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
-def req(method, path, data=None):
-    q = urllib.request.Request(base + path, data=data, method=method)
-    try:
-        with urllib.request.urlopen(q, timeout=10) as f:
-            return f.status, f.read()
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-assert req("PUT", "/test/rank%d" % r, b"from %d" % r)[0] == 200
-deadline = time.time() + 30
-while True:
-    st, body = req("GET", "/test/rank%d" % ((r + 1) % n))
-    if st == 200: break
-    assert st == 404 and time.time() < deadline, st
-    time.sleep(0.01)
-print("got", body.decode(), "iface", os.environ.get("HOROVOD_GLOO_IFACE"), "addr", addr, flush=True)
-if r == 0:
-    with open(sys.argv[1] + ".tmp", "w") as f: f.write(base)
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-    deadline = time.time() + 60
-    while not os.path.exists(sys.argv[2]):
-        assert time.time() < deadline, "the test never looked"
-        time.sleep(0.05)
-)";
-  Process job({kHvdrun, "--horovod", "-np", "2", "-H", "h1:1,h2:1", "/usr/bin/python3", "-c", script, where, done},
+  std::string client = std::string(TEST_SOURCE_DIR) + "/integration/horovod_store_client.py";
+  Process job({kHvdrun, "--horovod", "-np", "2", "-H", "h1:1,h2:1", "/usr/bin/python3", client, "publish", where, done},
               {{"HOME", Cluster::home()}});
   ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(where); }, 60));
   std::string base = read_file(where);
@@ -414,8 +387,8 @@ if r == 0:
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(h3, "status 403\n");
   EXPECT_EQ(h1, "status 200\n");  // a job host, from outside the job's processes: as horovodrun
-  EXPECT_NE(o.out.find("[0]<stdout>:got from 1 iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("[1]<stdout>:got from 0 iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[0]<stdout>:got b'value\\x00of 1' iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:got b'value\\x00of 0' iface eth0 addr 10.250.0.1\n"), std::string::npos) << o.out;
   EXPECT_NE(o.err.find("refused a connection from 10.250.0.13"), std::string::npos) << o.err;
   std::filesystem::remove_all(dir);
 }

@@ -171,30 +171,8 @@ TEST(Launch, HorovodStoreServedToTheWorkers) {
   if (run({"python3", "-c", "import urllib.request"}, 60).exit_code != 0) GTEST_SKIP() << "no python3";
   // Each rank PUTs its key as Horovod's client would, waits for the other's (polling GET, 404
   // until it is there), then rank 0 DELETEs an ad-hoc key; a GET of a missing key is 404.
-  const char* script = R"(
-import os, time, urllib.request, urllib.error
-base = "http://%s:%s" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
-r, n = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
-def req(method, path, data=None):
-    q = urllib.request.Request(base + path, data=data, method=method)
-    try:
-        with urllib.request.urlopen(q, timeout=10) as f:
-            return f.status, f.read()
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-assert req("PUT", "/test/rank%d" % r, b"value\x00of %d" % r) == (200, b"")
-other = (r + 1) % n
-deadline = time.time() + 20
-while True:
-    st, body = req("GET", "/test/rank%d" % other)
-    if st == 200: break
-    assert st == 404, st
-    assert time.time() < deadline, "the other rank's key never came"
-    time.sleep(0.01)
-print("got", body)
-print("missing", req("GET", "/test/nothing")[0], "bad", req("GET", "/a/b/c")[0], "post", req("POST", "/test/x", b"1")[0])
-)";
-  auto o = run(hvd({"--horovod", "-np", "2", "python3", "-c", script}), 60);
+  std::string client = std::string(TEST_SOURCE_DIR) + "/integration/horovod_store_client.py";
+  auto o = run(hvd({"--horovod", "-np", "2", "python3", client, "probe"}), 60);
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
   EXPECT_NE(o.out.find("[0]<stdout>:got b'value\\x00of 1'"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("[1]<stdout>:got b'value\\x00of 0'"), std::string::npos) << o.out;

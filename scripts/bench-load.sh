@@ -5,6 +5,11 @@
 # job (it has the secret): IDLE authenticated idle connections plus RATE requests per second
 # (set/get/add) from 8 connections. Prints the median time per size of both, their ratio, the
 # achieved request rate and hvdrun's peak memory (VmHWM) in both cases.
+# The control, "bystander": the same load against another job's hvdrun on this machine while
+# the measured job runs quiet. The load generator and the server it loads take the same CPU
+# in both cases, so loaded / bystander is what serving the load inside the job's own hvdrun
+# costs its collectives beyond sharing the cores (on a small machine the generator alone,
+# running beside the ranks, slows them).
 #   scripts/bench-load.sh [IDLE=1000] [RATE=10000] [ROUNDS=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,10 +40,23 @@ run() {  # $1: 0 = quiet, 1 = under load; output to $OUT/$1.$2
     fi' >"$OUT/$1.$2"
 }
 
+# The quiet job beside a bystander job that takes the load.
+bystander() {  # $1: round
+  "$HVDRUN" -np 1 sh -c 'exec "'"$LOAD"'" '"$IDLE $RATE"' 8 600 $PPID' >"$OUT/by.$1" 2>&1 &
+  local bp=$!
+  run 0 "$1" && mv "$OUT/0.$1" "$OUT/2.$1"
+  local rc=$?
+  kill -TERM "$bp"
+  wait "$bp" || true
+  return $rc
+}
+
 failed=0
-for r in $(seq "$ROUNDS"); do  # alternating which goes first
-  for kind in $([ $((r % 2)) = 1 ] && echo 0 1 || echo 1 0); do
-    run "$kind" "$r" || { echo "bench-load.sh: round $r ($kind) failed"; failed=$((failed + 1)); }
+for r in $(seq "$ROUNDS"); do  # rotating which goes first
+  case $((r % 3)) in 1) order="0 1 2" ;; 2) order="1 2 0" ;; *) order="2 0 1" ;; esac
+  for kind in $order; do
+    if [ "$kind" = 2 ]; then bystander "$r"; else run "$kind" "$r"; fi ||
+      { echo "bench-load.sh: round $r ($kind) failed"; failed=$((failed + 1)); }
   done
 done
 
@@ -54,18 +72,20 @@ awk -v rounds="$ROUNDS" '
   }
   END {
     printf "# allreduce, 2 ranks, median of %d rounds\n", rounds
-    printf "%12s %12s %12s %8s\n", "size(B)", "quiet(us)", "loaded(us)", "ratio"
+    printf "%12s %12s %12s %14s %8s %16s\n", "size(B)", "quiet(us)", "loaded(us)", "bystander(us)", "ratio", "loaded/bystander"
     ns = 0; for (s in sizes) order[++ns] = s + 0
     for (i = 2; i <= ns; i++) { x = order[i]; for (j = i - 1; j >= 1 && order[j] > x; j--) order[j + 1] = order[j]; order[j + 1] = x }
     for (i = 1; i <= ns; i++) {
-      q = median(t[0, order[i]]); l = median(t[1, order[i]])
-      printf "%12d %12.1f %12.1f %8.3f\n", order[i], q, l, (q > 0 ? l / q : 0)
+      q = median(t[0, order[i]]); l = median(t[1, order[i]]); b = median(t[2, order[i]])
+      printf "%12d %12.1f %12.1f %14.1f %8.3f %16.3f\n", order[i], q, l, b, (q > 0 ? l / q : 0), (b > 0 ? l / b : 0)
     }
-  }' "$OUT"/0.* "$OUT"/1.*
+  }' "$OUT"/0.* "$OUT"/1.* "$OUT"/2.*
 echo "# load: $IDLE idle connections + $RATE requests/s, per loaded round:"
 grep -h "load: .* requests" "$OUT"/1.* | sed 's/^\[0\]<stdout>://'
 echo "# the load generator itself (on this host, sharing its cores with the ranks):"
 grep -h "generator: " "$OUT"/1.* | sed 's/^\[0\]<stdout>://'
+echo "# the bystander's load (against its own hvdrun), per round:"
+grep -h "load: .* requests" "$OUT"/by.* | sed 's/^\[0\]<stdout>://'
 echo "hvdrun VmHWM quiet: $(grep -h 'hvdrun VmHWM' "$OUT"/0.* | awk '{print $3}' | sort -n | tail -1) kB," \
   "under load: $(grep -h 'hvdrun VmHWM' "$OUT"/1.* | awk '{print $3}' | sort -n | tail -1) kB"
 [ "$failed" = 0 ]

@@ -109,9 +109,15 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
   using Clock = std::chrono::steady_clock;
   auto last_heard = Clock::now(), last_sent = Clock::now();
   auto silence = std::chrono::duration<double>(settings_.heartbeat_timeout);
+  // Writes in the loop never block: a link that takes nothing (an agent or its client
+  // stopped, a network cut, with hvdrun's stdin filling the pipe or SSH window) held this
+  // thread in a heartbeat's write, past the silence check below: hvdrun never said it lost
+  // contact and never ended, not even on a second Ctrl-C. A frame waits for room instead.
+  constexpr size_t kSmallFrame = 6;  // u32 length | u8 type | at most one payload byte
   while (true) {
     auto now = Clock::now();
-    if (now - last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval)) {
+    if (now - last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval) &&
+        link_->write_room() >= kSmallFrame) {
       (void)link_->write(agentwire::encode(Type::kHeartbeat, ""));
       last_sent = now;
     }
@@ -122,16 +128,23 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       agent.request_teardown(lost_contact_message(quiet), exit_code::kLostContact);
       return;
     }
+    // Signals before stdin (which may fill the link): a teardown's SIGTERM is not held
+    // behind megabytes of input.
     std::vector<int> sigs;
     {
       std::lock_guard<std::mutex> lk(mu_);
       sigs.swap(signals_);
     }
-    send_queued_stdin();
-    for (int sig : sigs) {
-      char c = static_cast<char>(sig);
+    size_t sent = 0;
+    for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
+      char c = static_cast<char>(sigs[sent]);
       (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
     }
+    if (sent < sigs.size()) {  // the rest, in order, before any queued meanwhile
+      std::lock_guard<std::mutex> lk(mu_);
+      signals_.insert(signals_.begin(), sigs.begin() + static_cast<std::ptrdiff_t>(sent), sigs.end());
+    }
+    send_queued_stdin();
     while (auto next = reader_.next()) {
       const agentwire::Frame& f = *next;
       if (f.type == Type::kOutput) {

@@ -1,0 +1,114 @@
+// hvdrun's relay thread for one remote host (RemoteHost), over a fake link: what it does
+// when the link stops taking bytes.
+#include "launcher/remote_host.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "hvdrun_version.h"
+#include "launcher/agent.h"
+#include "launcher/agent_wire.h"
+#include "launcher/output_sink.h"
+
+namespace hvdrun {
+namespace {
+
+using agentwire::Type;
+using Clock = std::chrono::steady_clock;
+
+class RecordingSink : public OutputSink {
+ public:
+  void write_lines(int, StreamKind, std::string_view) override {}
+  bool congested() const override { return false; }
+  void notice(std::string_view line) override {
+    std::lock_guard<std::mutex> lk(mu);
+    notices.emplace_back(line);
+  }
+  void drain() override {}
+  std::mutex mu;
+  std::vector<std::string> notices;
+};
+
+// An agent that said hello, then went silent and stopped reading once it had the start
+// (stopped, or its client or the network is): the link's buffer is full, and a write
+// blocks (here for `block_for`, a pipe's would block for good).
+class FullLink : public HostLink {
+ public:
+  explicit FullLink(double block_for) : block_for_(block_for) {
+    AgentHello h;
+    h.version = HVDRUN_VERSION_STRING;
+    pending_ = agentwire::encode(Type::kHello, encode_hello(h));
+  }
+  const std::string& label() const override { return label_; }
+  Status write(std::string_view data) override {
+    if (full_) {
+      blocked_writes++;
+      std::this_thread::sleep_for(std::chrono::duration<double>(block_for_));
+      return {};
+    }
+    if (data.size() > 4 && static_cast<Type>(data[4]) == Type::kStart) full_ = true;
+    return {};
+  }
+  size_t write_room() override { return full_ ? 0 : 65536; }
+  Result<std::string> read(int timeout_ms) override {
+    if (!pending_.empty()) return std::exchange(pending_, std::string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return std::string();
+  }
+  std::string stderr_text() override { return ""; }
+  std::optional<int> exit_status() override { return std::nullopt; }
+  std::string local_address() const override { return ""; }
+  std::string peer_address() const override { return ""; }
+
+  std::atomic<int> blocked_writes{0};
+
+ private:
+  double block_for_;
+  std::string label_ = "b";
+  std::string pending_;
+  std::atomic<bool> full_{false};
+};
+
+class OneLinkStarter : public AgentStarter {
+ public:
+  explicit OneLinkStarter(std::unique_ptr<HostLink> link) : link_(std::move(link)) {}
+  Result<std::unique_ptr<HostLink>> open(const std::string&, Clock::time_point) override { return std::move(link_); }
+
+ private:
+  std::unique_ptr<HostLink> link_;
+};
+
+// A link that takes nothing held the relay thread in a heartbeat's write, so it never saw
+// the silence: hvdrun neither reported the lost contact nor ended (with a real pipe, not
+// even on a second Ctrl-C). Found with hvdrun's stdin streaming to a remote rank 0 whose
+// agent was stopped.
+TEST(RemoteHost, LinkThatTakesNothingStillEndsInLostContact) {
+  auto link = std::make_unique<FullLink>(/*block_for=*/10);
+  FullLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteSettings rs;
+  rs.heartbeat_timeout = 1;
+  RemoteHost host("b", rs, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  host.signal(SIGUSR1);  // a signal to relay too: it waits, it does not block the thread
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  auto t0 = Clock::now();
+  host.start(agent, sink);
+  AgentResult r = agent.run({});
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  host.join();
+  EXPECT_LT(took, 5) << "the relay thread was held in a write to a link that takes nothing";
+  EXPECT_EQ(fake->blocked_writes.load(), 0);
+  EXPECT_EQ(r.exit_code, 5);
+  ASSERT_EQ(sink.notices.size(), 1u);
+  EXPECT_NE(sink.notices[0].find("hvdrun: lost contact with the agent on b for "), std::string::npos) << sink.notices[0];
+}
+
+}  // namespace
+}  // namespace hvdrun

@@ -39,6 +39,7 @@ constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous fail
 // Ranks time out at about the same moment (their clocks start at the same stall); a rank
 // whose neighbour timed out first fails on its closed connection and exits at once.
 constexpr double kSilenceWindow = 1.0;
+constexpr double kSignalsSentWait = 1.0;  // seconds for remotes' relays to send a SIGSTOP
 
 bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
 
@@ -373,7 +374,12 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   if (sig == SIGTSTP || sig == SIGSTOP) {  // Ctrl-Z: stop the workers, then ourselves
     // SIGSTOP, not SIGTSTP: the kernel drops SIGTSTP to a group it deems orphaned.
     signal_all(SIGSTOP);
-    if (!from_launcher) kill(getpid(), SIGSTOP);
+    if (!from_launcher) {
+      // A remote host's SIGSTOP leaves on its relay thread, which stops with us: it went
+      // only on the SIGCONT, right before that SIGCONT, and remote ranks ran on (each time).
+      for (RemoteControl* r : remotes_) r->wait_signals_sent(kSignalsSentWait);
+      kill(getpid(), SIGSTOP);
+    }
     return;
   }
   if (tearing_down_ || sig == SIGKILL) {  // a second interrupt: no more grace

@@ -48,6 +48,9 @@ class RemoteControl {
   virtual void signal(int sig) = 0;
   // True once the remote agent has ended (every worker there is gone) or the link is lost.
   virtual bool finished() const = 0;
+  // Waits up to `seconds` until the signals given so far have left for the agent (before
+  // hvdrun stops itself on Ctrl-Z: a stopped hvdrun relays nothing).
+  virtual void wait_signals_sent(double seconds) { (void)seconds; }
 };
 
 struct AgentResult {

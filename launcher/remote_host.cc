@@ -95,7 +95,11 @@ Status RemoteHost::prepare(const AgentJob& job) {
 void RemoteHost::start(LocalAgent& agent, OutputSink& sink) {
   thread_ = std::thread([this, &agent, &sink] {
     relay(agent, sink);
-    finished_ = true;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      finished_ = true;
+    }
+    signals_cv_.notify_all();
     agent.wake();
   });
 }
@@ -134,15 +138,21 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       sigs.swap(signals_);
+      signals_in_flight_ = !sigs.empty();
     }
-    size_t sent = 0;
-    for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
-      char c = static_cast<char>(sigs[sent]);
-      (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
-    }
-    if (sent < sigs.size()) {  // the rest, in order, before any queued meanwhile
-      std::lock_guard<std::mutex> lk(mu_);
-      signals_.insert(signals_.begin(), sigs.begin() + static_cast<std::ptrdiff_t>(sent), sigs.end());
+    if (!sigs.empty()) {
+      size_t sent = 0;
+      for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
+        char c = static_cast<char>(sigs[sent]);
+        (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        // The rest, in order, before any queued meanwhile.
+        signals_.insert(signals_.begin(), sigs.begin() + static_cast<std::ptrdiff_t>(sent), sigs.end());
+        signals_in_flight_ = false;
+      }
+      signals_cv_.notify_all();
     }
     send_queued_stdin();
     while (auto next = reader_.next()) {
@@ -246,6 +256,11 @@ void RemoteHost::send_stdin(std::string data) {
 void RemoteHost::signal(int sig) {
   std::lock_guard<std::mutex> lk(mu_);
   signals_.push_back(sig);
+}
+
+void RemoteHost::wait_signals_sent(double seconds) {
+  std::unique_lock<std::mutex> lk(mu_);
+  signals_cv_.wait_for(lk, std::chrono::duration<double>(seconds), [this] { return (signals_.empty() && !signals_in_flight_) || finished_.load(); });
 }
 
 }  // namespace hvdrun

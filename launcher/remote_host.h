@@ -58,6 +58,7 @@ class RemoteHost : public RemoteControl {
 
   void signal(int sig) override;
   bool finished() const override { return finished_.load(); }
+  void wait_signals_sent(double seconds) override;
 
  private:
   Result<agentwire::Frame> next_frame(std::chrono::steady_clock::time_point deadline);
@@ -76,6 +77,8 @@ class RemoteHost : public RemoteControl {
   std::thread thread_;
   std::mutex mu_;
   std::vector<int> signals_;  // to send, under mu_
+  bool signals_in_flight_ = false;  // under mu_: taken from signals_, being written
+  std::condition_variable signals_cv_;  // signals_ sent, or finished_
   std::deque<std::string> stdin_;  // to send, under mu_
   size_t stdin_bytes_ = 0;
   std::condition_variable stdin_cv_;

@@ -110,5 +110,77 @@ TEST(RemoteHost, LinkThatTakesNothingStillEndsInLostContact) {
   EXPECT_NE(sink.notices[0].find("hvdrun: lost contact with the agent on b for "), std::string::npos) << sink.notices[0];
 }
 
+// An agent that reads everything: the signals written are recorded; it says kDone when told.
+class RecordingLink : public HostLink {
+ public:
+  RecordingLink() {
+    AgentHello h;
+    h.version = HVDRUN_VERSION_STRING;
+    pending_ = agentwire::encode(Type::kHello, encode_hello(h));
+  }
+  const std::string& label() const override { return label_; }
+  Status write(std::string_view data) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a write takes a moment
+    if (data.size() == 6 && static_cast<Type>(data[4]) == Type::kSignal) signals_written++;
+    return {};
+  }
+  size_t write_room() override { return 65536; }
+  Result<std::string> read(int timeout_ms) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!pending_.empty()) return std::exchange(pending_, std::string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return std::string();
+  }
+  void say_done() {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ = agentwire::encode(Type::kDone, "{\"code\":0}");
+  }
+  std::string stderr_text() override { return ""; }
+  std::optional<int> exit_status() override { return std::nullopt; }
+  std::string local_address() const override { return ""; }
+  std::string peer_address() const override { return ""; }
+
+  std::atomic<int> signals_written{0};
+
+ private:
+  std::mutex mu_;
+  std::string label_ = "b";
+  std::string pending_;
+};
+
+// Before hvdrun stops itself on Ctrl-Z it waits until the SIGSTOP for a remote host has
+// been written to its link (the relay thread stops with hvdrun).
+TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
+  auto link = std::make_unique<RecordingLink>();
+  RecordingLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  host.start(agent, sink);
+  int written_at_return = -1;
+  double waited = -1;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    host.signal(SIGSTOP);
+    host.signal(SIGCONT);
+    auto t0 = Clock::now();
+    host.wait_signals_sent(5);
+    waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    written_at_return = fake->signals_written.load();
+    fake->say_done();
+  });
+  AgentResult r = agent.run({});
+  t.join();
+  host.join();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(written_at_return, 2);
+  EXPECT_LT(waited, 4);
+}
+
 }  // namespace
 }  // namespace hvdrun

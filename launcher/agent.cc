@@ -632,6 +632,24 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       if (w.pipes[s].valid())
         sink_.write_lines(w.rank, s == 0 ? StreamKind::kStdout : StreamKind::kStderr, w.split[s].flush());
   sink_.drain();
+  // Writing the last of the output can fail too (hvdrun's reader left once the workers had
+  // ended, but before their output was written: `hvdrun ... | (sleep 1; head -c 10)`; a
+  // full disk under --output-filename): the sink asks for a teardown, and a job that had
+  // otherwise succeeded ends with that code and word, not with 0 and output cut short.
+  std::optional<std::pair<std::string, int>> late;
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    late.swap(control_request_);
+  }
+  if (late && !tearing_down_) {
+    tearing_down_ = true;
+    result_.exit_code = late->second;
+    result_.message = late->first;
+    if (!late->first.empty()) {
+      sink_.notice(late->first);
+      sink_.drain();
+    }
+  }
   return result_;
 }
 

@@ -517,5 +517,10 @@ TEST(Launch, ClosedStdoutEndsTheJobWith141) {
                  60);
   ASSERT_FALSE(seq.timed_out);
   EXPECT_EQ(seq.out, "[0]<stdout>:1\nrc=141\n");
+  // The reader leaves once the job has ended but before hvdrun has written its output
+  // (the worker's 14 MB wait in hvdrun while the reader sleeps): 141 too, not 0.
+  auto late = run({"bash", "-c", kHvdrun + " -np 1 seq 2000000 | (sleep 1; head -c 3); echo \"rc=${PIPESTATUS[0]}\""}, 60);
+  ASSERT_FALSE(late.timed_out);
+  EXPECT_EQ(late.out, "[0]rc=141\n");
   std::filesystem::remove_all(dir);
 }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/output_sink.h"
@@ -56,6 +57,42 @@ TEST(LocalAgent, RemoteFailureReportedJustBeforeTheRemoteFinishedIsReported) {
   EXPECT_EQ(r.exit_code, 3);
   ASSERT_EQ(sink.notices.size(), 1u);
   EXPECT_EQ(sink.notices[0], "hvdrun: rank 1 (host b) exited with code 3");
+}
+
+// A sink whose last write fails while the agent drains it at the end (hvdrun's reader left
+// once the workers had ended, before their output was written): the failure asks for a
+// teardown from the writer's thread, after the loop has ended.
+class FailingDrainSink : public RecordingSink {
+ public:
+  LocalAgent* agent = nullptr;
+  std::string message;
+  int code = 0;
+  void drain() override {
+    if (agent && code) agent->request_teardown(std::exchange(message, ""), std::exchange(code, 0));
+  }
+};
+
+TEST(LocalAgent, OutputFailureWhileTheLastOutputDrainsIsNotLost) {
+  FailingDrainSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  sink.agent = &agent;
+  sink.code = 141;  // the reader is gone: SIGPIPE's status, without a word
+  FinishedRemote remote;
+  agent.set_remotes({&remote});
+  AgentResult r = agent.run({});
+  EXPECT_EQ(r.exit_code, 141);
+  EXPECT_TRUE(sink.notices.empty());
+
+  FailingDrainSink full;
+  LocalAgent agent2(AgentOptions{}, full, nullptr);
+  full.agent = &agent2;
+  full.code = 7;
+  full.message = "hvdrun: --output-filename: cannot write d/rank.0/stdout: No space left on device";
+  agent2.set_remotes({&remote});
+  r = agent2.run({});
+  EXPECT_EQ(r.exit_code, 7);
+  ASSERT_EQ(full.notices.size(), 1u);
+  EXPECT_EQ(full.notices[0], "hvdrun: --output-filename: cannot write d/rank.0/stdout: No space left on device");
 }
 
 TEST(LocalAgent, NothingReportedAndEveryRemoteFinishedIsSuccess) {

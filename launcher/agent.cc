@@ -238,6 +238,11 @@ void LocalAgent::signal_all(int sig) {
 
 void LocalAgent::note_failure(FailedWorker f) {
   if (tearing_down_) return;
+  // Agent mode: each failure goes to hvdrun at once, to be weighed there with the other
+  // hosts' in hvdrun's own window. Held back for this host's window first, a killed rank's
+  // report reached hvdrun a window late, after an innocent peer's (on another host, failing
+  // on the killed rank's closed connection) had already been named.
+  if (opts_.on_failure) opts_.on_failure(f.rank, f.host, f.status);
   failures_.push_back(std::move(f));
   if (!report_at_) {
     first_failure_at_ = now_s();
@@ -324,8 +329,7 @@ void LocalAgent::report_failure() {
     teardown(msg, exit_code::kExitedEarly);
     return;
   }
-  if (opts_.on_failure) {  // agent mode: hvdrun weighs it with the other hosts' failures
-    opts_.on_failure(f.rank, f.host, f.status);
+  if (opts_.on_failure) {  // agent mode: hvdrun has every failure (note_failure) and weighs them
     teardown("", exit_code_of(f.status));
     return;
   }

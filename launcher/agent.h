@@ -33,8 +33,8 @@ struct AgentOptions {
   double kill_grace = 5.0;   // seconds between SIGTERM and SIGKILL
   bool stdin_to_rank0 = true;  // hvdrun's stdin goes to rank 0 (when it runs here)
   int rank0_stdin_fd = -1;     // agent mode: rank 0 reads this (a pipe fed from hvdrun's stdin)
-  // Agent mode: the failure this host weighed first goes here (for hvdrun to weigh with
-  // the other hosts') instead of being reported as a line; the teardown is silent.
+  // Agent mode: each failure goes here as it is seen (for hvdrun to weigh with the other
+  // hosts') instead of being reported as a line; the teardown is silent.
   std::function<void(int rank, const std::string& host, int wait_status)> on_failure;
   // Agent mode: a rank exited with code 0 (hvdrun names such a rank when it left early).
   std::function<void(int rank)> on_exit0;

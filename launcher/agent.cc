@@ -381,7 +381,8 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
     if (!from_launcher) {
       // A remote host's SIGSTOP leaves on its relay thread, which stops with us: it went
       // only on the SIGCONT, right before that SIGCONT, and remote ranks ran on (each time).
-      for (RemoteControl* r : remotes_) r->wait_signals_sent(kSignalsSentWait);
+      double until = now_s() + kSignalsSentWait;  // one wait for all of them
+      for (RemoteControl* r : remotes_) r->wait_signals_sent(std::max(0.0, until - now_s()));
       kill(getpid(), SIGSTOP);
     }
     return;

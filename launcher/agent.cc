@@ -387,6 +387,11 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
     }
     return;
   }
+  // From the launcher, SIGTERM is its teardown, which this agent may have begun already (a
+  // rank here failed): not a second interrupt, and the grace holds (the launcher relays a
+  // second interrupt as SIGKILL). Taken for one, it SIGKILLed the ranks on the very host
+  // where the failure was, cutting their SIGTERM handlers short.
+  if (from_launcher && tearing_down_ && sig != SIGKILL) return;
   if (tearing_down_ || sig == SIGKILL) {  // a second interrupt: no more grace
     signal_all(SIGKILL);
     killed_ = true;

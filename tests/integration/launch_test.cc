@@ -367,6 +367,20 @@ TEST(Launch, KilledRemoteRankIsWeighedWithALocalFailureOfTheSameMoment) {
   std::filesystem::remove_all(dir);
 }
 
+// The kill grace holds on a remote host where a rank failed: its agent began the teardown
+// there, and hvdrun's own teardown SIGTERM, relayed a moment later, was taken for a second
+// interrupt (SIGKILL at once): rank 0's SIGTERM handler never finished. Locally it does.
+TEST(Launch, KillGraceHoldsOnTheRemoteHostWhereARankFailed) {
+  std::string script = "if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; trap 'sleep 1; echo cleaned up; exit 0' TERM; "
+                       "while :; do sleep 0.05; done";
+  auto o = run(hvd({"-np", "2", "-H", "fakehost:2", "--kill-grace", "5", "--launch-command",
+                    "sh -c \"exec \\\"\\$@\\\"\" {host}", "sh", "-c", script}),
+               60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:cleaned up"), std::string::npos) << o.out << o.err;
+}
+
 TEST(Launch, SixtyFourLocalWorkers) {
   auto o = run(hvd({"-np", "64", "sh", "-c", "echo $RANK $LOCAL_RANK $WORLD_SIZE"}), 60);
   ASSERT_EQ(o.exit_code, 0) << o.err;

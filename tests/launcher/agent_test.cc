@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -148,6 +149,39 @@ TEST(LocalAgent, AgentModeReportsAFailureAtOnce) {
   double after = static_cast<double>(reported[0].second - exited) / 1e9;
   EXPECT_LT(after, 0.09) << "the failure was held back for the agent's own window";
   std::remove(stamp.c_str());
+  rmdir(tmpl);
+}
+
+// Agent mode: a rank failed here, so this agent has begun the teardown itself (SIGTERM, the
+// grace); then the launcher's teardown SIGTERM arrives. That is not a second interrupt (the
+// launcher relays SIGKILL for one): the ranks here keep their grace. It SIGKILLed them at
+// once, cutting short their SIGTERM handlers, on the very host where the failure was.
+TEST(LocalAgent, LaunchersTeardownDuringTheAgentsOwnKeepsTheGrace) {
+  char tmpl[] = "/tmp/agent_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string cleaned = std::string(tmpl) + "/cleaned";
+  RecordingSink sink;
+  AgentOptions ao;
+  ao.kill_grace = 5;
+  ao.on_failure = [](int, const std::string&, int) {};
+  LocalAgent agent(ao, sink, nullptr);
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, &old);
+  std::vector<WorkerLaunch> launches;
+  launches.push_back(sh_worker(0, "trap 'sleep 0.5; touch " + cleaned + "; exit 0' TERM; while :; do sleep 0.05; done"));
+  launches.push_back(sh_worker(1, "sleep 0.3; exit 3"));
+  std::thread launcher([&agent] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the agent's teardown has begun
+    agent.request_signal(SIGTERM);
+  });
+  AgentResult r = agent.run(std::move(launches));
+  launcher.join();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(access(cleaned.c_str(), F_OK), 0) << "rank 0 was killed before its SIGTERM handler could end";
+  std::remove(cleaned.c_str());
   rmdir(tmpl);
 }
 

@@ -186,6 +186,10 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     }
     auto bytes = link_->read(20);
     if (!bytes) {
+      // What the client or agent said last comes with the end of its output (an ssh
+      // client's "Connection to node2 closed by remote host.", an agent's own error): it
+      // was read with the EOF and never shown.
+      relay_stderr(sink);
       agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
                              exit_code::kLostContact);
       return;

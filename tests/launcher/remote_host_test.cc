@@ -182,5 +182,47 @@ TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
   EXPECT_LT(waited, 4);
 }
 
+// A client (or agent) that says why on stderr and ends: its words come with the EOF.
+class DyingLink : public HostLink {
+ public:
+  DyingLink() {
+    AgentHello h;
+    h.version = HVDRUN_VERSION_STRING;
+    pending_ = agentwire::encode(Type::kHello, encode_hello(h));
+  }
+  const std::string& label() const override { return label_; }
+  Status write(std::string_view) override { return {}; }
+  size_t write_room() override { return 65536; }
+  Result<std::string> read(int) override {
+    if (!pending_.empty()) return std::exchange(pending_, std::string());
+    err_ = "Connection to b closed by remote host.\n";  // read in the same poll as the EOF
+    return make_error("b: the agent closed its output", -1);
+  }
+  std::string stderr_text() override { return err_; }
+  std::optional<int> exit_status() override { return std::nullopt; }
+  std::string local_address() const override { return ""; }
+  std::string peer_address() const override { return ""; }
+
+ private:
+  std::string label_ = "b";
+  std::string pending_, err_;
+};
+
+TEST(RemoteHost, StderrThatCameWithTheEofIsShown) {
+  OneLinkStarter starter(std::make_unique<DyingLink>());
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  host.start(agent, sink);
+  AgentResult r = agent.run({});
+  host.join();
+  EXPECT_EQ(r.exit_code, 5);
+  ASSERT_EQ(sink.notices.size(), 2u);
+  EXPECT_EQ(sink.notices[0], "hvdrun: b: Connection to b closed by remote host.");
+  EXPECT_NE(sink.notices[1].find("the agent closed its output"), std::string::npos) << sink.notices[1];
+}
+
 }  // namespace
 }  // namespace hvdrun

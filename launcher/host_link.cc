@@ -257,6 +257,19 @@ class CommandLink : public HostLink {
     out_.reset();
     err_fd_.reset();
     if (pid_ > 0 && !status_) {
+      // Still ours? hvdrun's loop reaps every child (waitpid(-1): it is a subreaper), this
+      // client too once it has ended, maybe hours before the job does: its pid (and group
+      // id) may then be another process's, which the signals below would hit.
+      int st0;
+      pid_t r0;
+      while ((r0 = waitpid(pid_, &st0, WNOHANG)) < 0 && errno == EINTR) {
+      }
+      if (r0 < 0) return;  // reaped already: not ours any more
+      if (r0 == pid_) {  // it had ended: what is left of its group, if anything
+        kill(-pid_, SIGCONT);
+        kill(-pid_, SIGTERM);
+        return;
+      }
       // The client only: the agent ends on the EOF it sees. SIGCONT first: a stopped client
       // (SIGSTOP, a paused container) holds SIGTERM, and a blocking wait on it held hvdrun
       // forever after it had reported the lost contact (found by the chaos suite); SIGKILL

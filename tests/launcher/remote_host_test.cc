@@ -3,6 +3,13 @@
 #include "launcher/remote_host.h"
 
 #include <gtest/gtest.h>
+#include <linux/sched.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
 
 #include <atomic>
 #include <chrono>
@@ -222,6 +229,71 @@ TEST(RemoteHost, StderrThatCameWithTheEofIsShown) {
   ASSERT_EQ(sink.notices.size(), 2u);
   EXPECT_EQ(sink.notices[0], "hvdrun: b: Connection to b closed by remote host.");
   EXPECT_NE(sink.notices[1].find("the agent closed its output"), std::string::npos) << sink.notices[1];
+}
+
+// A launch command's client that hvdrun's loop reaped when it ended (waitpid(-1): the loop
+// reaps every child) is not signalled when its link goes away at the end of the job: its
+// pid, and so its process group id, may be another process's by then. Here the pid is
+// handed straight to a new process group leader (clone3 with set_tid), which the link's
+// SIGCONT and SIGTERM to -pid hit.
+TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
+  auto link = open_command_link({"sh", "-c", "exit 0"}, "b");
+  ASSERT_TRUE(link.ok()) << link.error().message;
+  std::string kids;
+  {
+    std::ifstream in("/proc/self/task/" + std::to_string(gettid()) + "/children");
+    std::getline(in, kids);
+  }
+  pid_t client = static_cast<pid_t>(std::atoi(kids.c_str()));
+  ASSERT_GT(client, 0);
+  int st = 0;
+  ASSERT_EQ(waitpid(client, &st, 0), client);  // as hvdrun's loop does
+  // A helper (our child) makes the new holder of the pid (its child, not ours: a process
+  // hvdrun does not own) and waits, so that we can look at it.
+  int rep[2];
+  ASSERT_EQ(pipe(rep), 0);
+  pid_t helper = fork();
+  if (helper == 0) {
+    clone_args ca{};
+    ca.exit_signal = SIGCHLD;
+    pid_t want = client;
+    ca.set_tid = reinterpret_cast<uint64_t>(&want);
+    ca.set_tid_size = 1;
+    long other = syscall(SYS_clone3, &ca, sizeof ca);
+    if (other == 0) {
+      setpgid(0, 0);
+      while (true) pause();
+    }
+    int e = other < 0 ? errno : 0;
+    if (write(rep[1], &e, sizeof e) < 0) _exit(1);
+    while (true) pause();
+  }
+  close(rep[1]);
+  int e = -1;
+  ASSERT_EQ(read(rep[0], &e, sizeof e), static_cast<ssize_t>(sizeof e));
+  close(rep[0]);
+  auto cleanup = [&] {
+    kill(client, SIGKILL);
+    kill(helper, SIGKILL);
+    waitpid(helper, &st, 0);
+  };
+  if (e != 0) {
+    cleanup();
+    GTEST_SKIP() << "clone3 with set_tid: " << std::strerror(e);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its setpgid
+  link->reset();  // the end of the job
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string stat;
+  {
+    std::ifstream in("/proc/" + std::to_string(client) + "/stat");
+    std::getline(in, stat);
+  }
+  size_t close_paren = stat.rfind(')');
+  char state = close_paren != std::string::npos && close_paren + 2 < stat.size() ? stat[close_paren + 2] : '?';
+  EXPECT_NE(state, 'Z') << "the process that now has the client's pid was signalled";
+  EXPECT_NE(state, '?');
+  cleanup();
 }
 
 }  // namespace

@@ -103,6 +103,9 @@ struct LocalAgent::Worker {
   std::string host;
   pid_t pid = -1;
   bool exited = false;
+  // The leader was reaped and nothing was left in its group: the group id is free, and may
+  // become another process's (pids wrap, at 32768 on many machines): never signalled again.
+  bool group_gone = false;
   UniqueFd pipes[2];  // stdout, stderr read ends
   LineSplitter split[2];
 };
@@ -227,7 +230,7 @@ void LocalAgent::wake() {
 
 void LocalAgent::signal_all(int sig) {
   for (auto& w : workers_) {
-    if (w.pid <= 0) continue;
+    if (w.pid <= 0 || w.group_gone) continue;
     // A stopped rank (SIGSTOP, Ctrl-Z) would hold SIGTERM pending until the SIGKILL after
     // the grace: resume it first, so that it ends now.
     if (sig == SIGTERM) kill(-w.pid, SIGCONT);
@@ -260,10 +263,19 @@ void LocalAgent::teardown(const std::string& message, int exit_code) {
   kill_deadline_ = now_s() + opts_.kill_grace;
 }
 
-bool LocalAgent::any_group_alive() const {
+bool LocalAgent::any_group_alive() {
+  forget_ended_groups();
   for (const auto& w : workers_)
-    if (w.pid > 0 && group_alive(w.pid)) return true;
+    if (w.pid > 0 && !w.group_gone) return true;
   return false;
+}
+
+// Groups whose leader was reaped are looked at until they are empty, and then forgotten:
+// a rank that ended early left its pid free, and a teardown or the end of the job hours
+// later signalled whatever process group had that id by then (another job's rank, a shell).
+void LocalAgent::forget_ended_groups() {
+  for (auto& w : workers_)
+    if (w.pid > 0 && w.exited && !w.group_gone && !group_alive(w.pid)) w.group_gone = true;
 }
 
 void LocalAgent::reap() {
@@ -275,6 +287,7 @@ void LocalAgent::reap() {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
+      forget_ended_groups();  // at once, before its pid can be given to another process
       if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
         note_failure({w.rank, w.host, st});
       else
@@ -494,6 +507,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
 
   while (true) {
     reap();
+    forget_ended_groups();
     bool all_exited = true;
     for (auto& w : workers_) all_exited = all_exited && w.exited;
     for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();

@@ -105,7 +105,8 @@ class LocalAgent {
   void reap();
   void take_requests();
   void report_failure();
-  bool any_group_alive() const;
+  bool any_group_alive();
+  void forget_ended_groups();
 
   AgentOptions opts_;
   OutputSink& sink_;

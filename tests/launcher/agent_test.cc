@@ -5,8 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -183,6 +189,91 @@ TEST(LocalAgent, LaunchersTeardownDuringTheAgentsOwnKeepsTheGrace) {
   EXPECT_EQ(access(cleaned.c_str(), F_OK), 0) << "rank 0 was killed before its SIGTERM handler could end";
   std::remove(cleaned.c_str());
   rmdir(tmpl);
+}
+
+// A process that is not ours (nor our child's: the agent ends those it adopts) takes
+// `pid` (clone3 with set_tid) and leads a process group of that id; its parent, orphaned
+// at once, writes its wait status to `status_fd` when it ends. False: not possible here.
+bool give_pid_to_a_stranger(pid_t pid, int status_fd, std::string* why) {
+  int rep[2];
+  if (pipe(rep) != 0) return false;
+  pid_t helper = fork();
+  if (helper == 0) {
+    if (fork() != 0) _exit(0);
+    clone_args ca{};
+    ca.exit_signal = SIGCHLD;
+    pid_t want = pid;
+    ca.set_tid = reinterpret_cast<uint64_t>(&want);
+    ca.set_tid_size = 1;
+    long other = syscall(SYS_clone3, &ca, sizeof ca);
+    if (other == 0) {
+      setpgid(0, 0);
+      while (true) pause();
+    }
+    int e = other < 0 ? errno : 0;
+    if (write(rep[1], &e, sizeof e) < 0 || other < 0) _exit(1);
+    int st = 0;
+    waitpid(static_cast<pid_t>(other), &st, 0);
+    if (write(status_fd, &st, sizeof st) < 0) _exit(1);
+    _exit(0);
+  }
+  close(rep[1]);
+  int e = -1;
+  if (read(rep[0], &e, sizeof e) != static_cast<ssize_t>(sizeof e)) e = EIO;
+  close(rep[0]);
+  int st;
+  waitpid(helper, &st, 0);  // (or the agent's loop reaped it)
+  if (e != 0) *why = std::strerror(e);
+  return e == 0;
+}
+
+// A rank that ended at once freed its pid; hvdrun looked at its group again at the end of
+// the job (and at a teardown), and signalled whatever process group had that id by then.
+TEST(LocalAgent, TheGroupIdOfARankThatEndedEarlyIsNotSignalledLater) {
+  char tmpl[] = "/tmp/agent_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string pidfile = std::string(tmpl) + "/pid";
+  RecordingSink sink;
+  AgentOptions ao;
+  ao.kill_grace = 1;
+  LocalAgent agent(ao, sink, nullptr);
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, &old);
+  std::vector<WorkerLaunch> launches;
+  launches.push_back(sh_worker(0, "sleep 1.5"));
+  launches.push_back(sh_worker(1, "echo $$ > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile));
+  int status_pipe[2];
+  ASSERT_EQ(pipe(status_pipe), 0);
+  pid_t taken = -1;
+  std::string why;
+  std::thread stranger([&] {
+    for (int i = 0; i < 500 && access(pidfile.c_str(), F_OK) != 0; ++i) usleep(2000);
+    FILE* f = std::fopen(pidfile.c_str(), "r");
+    if (!f) return;
+    int p = 0;
+    if (std::fscanf(f, "%d", &p) != 1) p = 0;
+    std::fclose(f);
+    // Once rank 1 is reaped, its pid goes to a stranger's new process group.
+    for (int i = 0; i < 500 && p > 0 && access(("/proc/" + std::to_string(p)).c_str(), F_OK) == 0; ++i) usleep(2000);
+    if (p > 0 && give_pid_to_a_stranger(p, status_pipe[1], &why)) taken = p;
+  });
+  AgentResult r = agent.run(std::move(launches));
+  stranger.join();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  EXPECT_EQ(r.exit_code, 0);
+  if (taken > 0) {
+    pollfd pf{status_pipe[0], POLLIN, 0};
+    bool ended = poll(&pf, 1, 200) == 1;
+    EXPECT_FALSE(ended) << "the process group that took the early rank's pid was signalled";
+    kill(taken, SIGKILL);
+  }
+  close(status_pipe[0]);
+  close(status_pipe[1]);
+  std::remove(pidfile.c_str());
+  rmdir(tmpl);
+  if (taken <= 0) GTEST_SKIP() << "cannot give a pid to another process here: " << why;
 }
 
 TEST(LocalAgent, NothingReportedAndEveryRemoteFinishedIsSuccess) {

@@ -87,11 +87,13 @@ std::set<pid_t> children_of_self() {
   return out;
 }
 
-// Process groups with a stopped member (SIGSTOP, Ctrl-Z, a debugger).
+// Process groups with a member stopped by a signal (SIGSTOP, Ctrl-Z). Not a tracing stop
+// ('t'): a sanitizer's leak check at exit ptrace-stops the exiting rank for a moment (and a
+// rank held by a debugger is named by the reports anyway).
 std::set<pid_t> stopped_groups() {
   std::set<pid_t> out;
   for_each_process([&](const ProcStat& p) {
-    if (p.state == 'T' || p.state == 't') out.insert(p.pgrp);
+    if (p.state == 'T') out.insert(p.pgrp);
   });
   return out;
 }
@@ -196,10 +198,13 @@ void LocalAgent::report_stall_culprit() {
   int size = job_size();
   int culprit = silent_rank(silences_, ended_ranks(), size);
   // A local rank that is stopped outright is the one (the reports alone cannot tell a
-  // stopped rank from a live one waiting for its turn in the ring).
+  // stopped rank from a live one waiting for its turn in the ring); not one that reported
+  // a time-out itself, which ran.
   std::set<pid_t> stopped = stopped_groups();
+  std::set<int> reported;
+  for (const auto& s : silences_) reported.insert(s.rank);
   for (const auto& w : workers_)
-    if (w.pid > 0 && !w.exited && stopped.count(w.pid)) {
+    if (w.pid > 0 && !w.exited && !reported.count(w.rank) && stopped.count(w.pid)) {
       culprit = w.rank;
       break;
     }

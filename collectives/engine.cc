@@ -316,9 +316,23 @@ static void wake_word(std::atomic<uint32_t>* w) {
 
 Result<hvd_handle_t> Engine::submit(Request r) {
   std::shared_ptr<Op> op;
+  std::string fatal;  // reported once the lock is released
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (broken_ || stopping_) return Error{broken_reason_.empty() ? "the engine is stopped" : broken_reason_, broken_code_};
+    std::unique_lock<std::mutex> lk(mu_);
+    if (broken_ || stopping_) {
+      Error e{broken_reason_.empty() ? "the engine is stopped" : broken_reason_, broken_code_};
+      if (!peer_left_.empty() && !peer_left_reported_ && !stopping_) {
+        // A peer left (hvd_shutdown) between this rank's collectives, and this rank goes on
+        // with another: the peer submitted fewer, and is the job's failure, as when this
+        // rank was already waiting on it.
+        peer_left_reported_ = true;
+        fatal = peer_left_ + " called hvd_shutdown before this rank submitted '" + r.spec.name + "' (rank " +
+                std::to_string(peer_left_rank_) + " submitted fewer collectives than this rank)";
+      }
+      lk.unlock();
+      if (!fatal.empty() && opts_.on_fatal) opts_.on_fatal(fatal);
+      return e;
+    }
     if (local_.count(r.spec.name))
       return Error{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
                        "': a request with this name is already pending (names must be unique among pending operations)",
@@ -728,9 +742,16 @@ Status Engine::process(const std::vector<std::string>& raw) {
       std::string who = "rank " + std::to_string(r) + host;
       // This rank still waits on the one that left: that rank is the job's failure (it
       // submitted fewer collectives than this one), whatever this rank then does.
-      if (std::string pending = oldest_pending_name(); !pending.empty() && opts_.on_fatal)
-        opts_.on_fatal(who + " called hvd_shutdown while this rank still waited on it in '" + pending + "' (rank " +
-                       std::to_string(r) + " submitted fewer collectives than this rank)");
+      if (std::string pending = oldest_pending_name(); !pending.empty()) {
+        if (opts_.on_fatal)
+          opts_.on_fatal(who + " called hvd_shutdown while this rank still waited on it in '" + pending + "' (rank " +
+                         std::to_string(r) + " submitted fewer collectives than this rank)");
+      } else {
+        // Nothing pending here yet: the proof comes with this rank's next collective (submit).
+        std::lock_guard<std::mutex> lk(mu_);
+        peer_left_ = who;
+        peer_left_rank_ = r;
+      }
       return Error{who + " called hvd_shutdown; collectives with it are over", HVD_ERR_PEER};
     }
   for (int r = 0; r < n; ++r)

@@ -162,6 +162,12 @@ class Engine {
   bool broken_ = false;
   std::string broken_reason_;
   int broken_code_ = HVD_ERR_PEER;
+  // (mu_) The peer whose hvd_shutdown ended the collectives ("rank 1 (host b)") and its
+  // rank, while this rank had nothing pending: a collective submitted later is the proof
+  // that it submitted fewer (reported through on_fatal once).
+  std::string peer_left_;
+  int peer_left_rank_ = -1;
+  bool peer_left_reported_ = false;
   bool stopping_ = false;
   bool leave_sent_ = false;
   EngineStats stats_;

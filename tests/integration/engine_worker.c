@@ -7,7 +7,8 @@
  *   engine_worker stall      rank 1 submits "late.tensor" 2.5 s after the others
  *   engine_worker stallforever  rank 1 never submits "late.tensor"
  *   engine_worker die        rank 1 is SIGKILLed while the others have handles pending
- *   engine_worker fewer      rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
+ *   engine_worker fewer [late]  rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
+ *                               (late: the others submit "f2" 1 s later, after it left)
  *                            and exits 0; the others' "f2" fails and they exit 1
  *   engine_worker steps N    N steps of 20 async allreduces (for the timeline) */
 #include <hvdrun/hvdrun.h>
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
       float v = 1, s;
       hvd_handle_t h;
       snprintf(name, sizeof name, "f%d", i);
+      if (i == 2 && argc > 2 && !strcmp(argv[2], "late")) sleep(1);  // rank 1 has left by then
       CHECK(hvd_allreduce_async(name, &v, &s, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h));
       CHECK(hvd_wait(h));
     }

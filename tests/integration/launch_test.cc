@@ -295,10 +295,16 @@ bool stopped_or_held_by_stopped_child(pid_t pid) {
   return any;
 }
 
-TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) {
+// Two ranks (placed by `placement`) each print their pid and loop for 2 s: Ctrl-Z must
+// stop both and hvdrun, SIGCONT resume them to a clean end.
+void expect_ctrl_z_stops_and_resumes(const std::vector<std::string>& placement) {
   std::string dir = make_temp_dir();
   std::string pids = dir + "/pids";
-  Process p(hvd({"-np", "2", "sh", "-c", "echo $$ >> " + pids + "; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo done"}));
+  std::vector<std::string> args{"-np", "2"};
+  args.insert(args.end(), placement.begin(), placement.end());
+  for (const char* a : {"sh", "-c"}) args.push_back(a);
+  args.push_back("echo $$ >> " + pids + "; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo done");
+  Process p(hvd(args));
   ASSERT_TRUE(wait_for_lines(pids, 2, 20));
   auto workers = read_pids(pids);
   p.signal(SIGTSTP);
@@ -320,32 +326,14 @@ TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) { expect_ctrl_z_stops_and_resumes({}); }
+
 // Ctrl-Z stops the ranks of other hosts too (the "remote" host runs its agent here through
 // a launch command). The SIGSTOP for them waited on the relay thread, which hvdrun's own
 // stop stopped first: it left only on the SIGCONT, right before that SIGCONT, and the
 // remote rank never stopped.
 TEST(Launch, CtrlZStopsRemoteWorkersToo) {
-  std::string dir = make_temp_dir();
-  std::string pids = dir + "/pids";
-  Process p(hvd({"-np", "2", "-H", "localhost:1,fakehost:1", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}",
-                 "sh", "-c", "echo $$ >> " + pids + "; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo done"}));
-  ASSERT_TRUE(wait_for_lines(pids, 2, 20));
-  auto workers = read_pids(pids);
-  p.signal(SIGTSTP);
-  bool stopped = false;
-  for (int i = 0; i < 1000 && !stopped; ++i) {
-    stopped = stopped_or_held_by_stopped_child(workers[0]) && stopped_or_held_by_stopped_child(workers[1]) &&
-              proc_state(p.pid()) == 'T';
-    usleep(10000);
-  }
-  EXPECT_TRUE(stopped) << "hvdrun " << proc_state(p.pid()) << ", workers " << proc_state(workers[0])
-                       << proc_state(workers[1]);
-  p.signal(SIGCONT);
-  auto o = p.wait(60);
-  EXPECT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_NE(o.out.find("[0]<stdout>:done"), std::string::npos);
-  EXPECT_NE(o.out.find("[1]<stdout>:done"), std::string::npos);
-  std::filesystem::remove_all(dir);
+  expect_ctrl_z_stops_and_resumes({"-H", "localhost:1,fakehost:1", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}"});
 }
 
 // The kill grace holds on a remote host where a rank failed: its agent began the teardown

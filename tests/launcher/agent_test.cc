@@ -5,10 +5,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "launcher/output_sink.h"
+#include "pid_holder.h"
 
 namespace hvdrun {
 namespace {
@@ -107,6 +106,22 @@ TEST(LocalAgent, OutputFailureWhileTheLastOutputDrainsIsNotLost) {
   EXPECT_EQ(full.notices[0], "hvdrun: --output-filename: cannot write d/rank.0/stdout: No space left on device");
 }
 
+// SIGCHLD blocked for the scope, as hvdrun blocks it (block_handled_signals), so that the
+// agent loop's signalfd sees its workers end.
+class SigchldBlocked {
+ public:
+  SigchldBlocked() {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &chld, &old_);
+  }
+  ~SigchldBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
+
 WorkerLaunch sh_worker(int rank, const std::string& script) {
   WorkerLaunch l;
   l.rank = rank;
@@ -130,10 +145,7 @@ TEST(LocalAgent, LaunchersTeardownDuringTheAgentsOwnKeepsTheGrace) {
   ao.kill_grace = 5;
   ao.on_failure = [](int, const std::string&, int) {};
   LocalAgent agent(ao, sink, nullptr);
-  sigset_t chld, old;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  pthread_sigmask(SIG_BLOCK, &chld, &old);
+  SigchldBlocked blocked;
   std::vector<WorkerLaunch> launches;
   launches.push_back(sh_worker(0, "trap 'sleep 0.5; touch " + cleaned + "; exit 0' TERM; while :; do sleep 0.05; done"));
   launches.push_back(sh_worker(1, "sleep 0.3; exit 3"));
@@ -143,7 +155,6 @@ TEST(LocalAgent, LaunchersTeardownDuringTheAgentsOwnKeepsTheGrace) {
   });
   AgentResult r = agent.run(std::move(launches));
   launcher.join();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(access(cleaned.c_str(), F_OK), 0) << "rank 0 was killed before its SIGTERM handler could end";
   std::remove(cleaned.c_str());
@@ -159,16 +170,7 @@ bool give_pid_to_a_stranger(pid_t pid, int status_fd, std::string* why) {
   pid_t helper = fork();
   if (helper == 0) {
     if (fork() != 0) _exit(0);
-    clone_args ca{};
-    ca.exit_signal = SIGCHLD;
-    pid_t want = pid;
-    ca.set_tid = reinterpret_cast<uint64_t>(&want);
-    ca.set_tid_size = 1;
-    long other = syscall(SYS_clone3, &ca, sizeof ca);
-    if (other == 0) {
-      setpgid(0, 0);
-      while (true) pause();
-    }
+    long other = clone_holding_pid(pid);
     int e = other < 0 ? errno : 0;
     if (write(rep[1], &e, sizeof e) < 0 || other < 0) _exit(1);
     int st = 0;
@@ -196,10 +198,7 @@ TEST(LocalAgent, TheGroupIdOfARankThatEndedEarlyIsNotSignalledLater) {
   AgentOptions ao;
   ao.kill_grace = 1;
   LocalAgent agent(ao, sink, nullptr);
-  sigset_t chld, old;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  pthread_sigmask(SIG_BLOCK, &chld, &old);
+  SigchldBlocked blocked;
   std::vector<WorkerLaunch> launches;
   launches.push_back(sh_worker(0, "sleep 1.5"));
   launches.push_back(sh_worker(1, "echo $$ > " + pidfile + ".tmp; mv " + pidfile + ".tmp " + pidfile));
@@ -220,7 +219,6 @@ TEST(LocalAgent, TheGroupIdOfARankThatEndedEarlyIsNotSignalledLater) {
   });
   AgentResult r = agent.run(std::move(launches));
   stranger.join();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_EQ(r.exit_code, 0);
   if (taken > 0) {
     pollfd pf{status_pipe[0], POLLIN, 0};

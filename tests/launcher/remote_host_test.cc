@@ -3,8 +3,6 @@
 #include "launcher/remote_host.h"
 
 #include <gtest/gtest.h>
-#include <linux/sched.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 #include "launcher/agent.h"
 #include "launcher/agent_wire.h"
 #include "launcher/output_sink.h"
+#include "pid_holder.h"
 
 namespace hvdrun {
 namespace {
@@ -40,17 +39,32 @@ class RecordingSink : public OutputSink {
   std::vector<std::string> notices;
 };
 
-// An agent that said hello, then went silent and stopped reading once it had the start
-// (stopped, or its client or the network is): the link's buffer is full, and a write
-// blocks (here for `block_for`, a pipe's would block for good).
-class FullLink : public HostLink {
+// An agent's link that has said hello (the first read returns it) on host "b"; what it
+// does with writes and later reads is the test's.
+class FakeLink : public HostLink {
  public:
-  explicit FullLink(double block_for) : block_for_(block_for) {
+  FakeLink() {
     AgentHello h;
     h.version = HVDRUN_VERSION_STRING;
     pending_ = agentwire::encode(Type::kHello, encode_hello(h));
   }
   const std::string& label() const override { return label_; }
+  std::string stderr_text() override { return ""; }
+  std::optional<int> exit_status() override { return std::nullopt; }
+  std::string local_address() const override { return ""; }
+  std::string peer_address() const override { return ""; }
+
+ protected:
+  std::string label_ = "b";
+  std::string pending_;
+};
+
+// An agent that said hello, then went silent and stopped reading once it had the start
+// (stopped, or its client or the network is): the link's buffer is full, and a write
+// blocks (here for `block_for`, a pipe's would block for good).
+class FullLink : public FakeLink {
+ public:
+  explicit FullLink(double block_for) : block_for_(block_for) {}
   Status write(std::string_view data) override {
     if (full_) {
       blocked_writes++;
@@ -66,17 +80,11 @@ class FullLink : public HostLink {
     std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
     return std::string();
   }
-  std::string stderr_text() override { return ""; }
-  std::optional<int> exit_status() override { return std::nullopt; }
-  std::string local_address() const override { return ""; }
-  std::string peer_address() const override { return ""; }
 
   std::atomic<int> blocked_writes{0};
 
  private:
   double block_for_;
-  std::string label_ = "b";
-  std::string pending_;
   std::atomic<bool> full_{false};
 };
 
@@ -118,14 +126,8 @@ TEST(RemoteHost, LinkThatTakesNothingStillEndsInLostContact) {
 }
 
 // An agent that reads everything: the signals written are recorded; it says kDone when told.
-class RecordingLink : public HostLink {
+class RecordingLink : public FakeLink {
  public:
-  RecordingLink() {
-    AgentHello h;
-    h.version = HVDRUN_VERSION_STRING;
-    pending_ = agentwire::encode(Type::kHello, encode_hello(h));
-  }
-  const std::string& label() const override { return label_; }
   Status write(std::string_view data) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a write takes a moment
     if (data.size() == 6 && static_cast<Type>(data[4]) == Type::kSignal) signals_written++;
@@ -144,17 +146,11 @@ class RecordingLink : public HostLink {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ = agentwire::encode(Type::kDone, "{\"code\":0}");
   }
-  std::string stderr_text() override { return ""; }
-  std::optional<int> exit_status() override { return std::nullopt; }
-  std::string local_address() const override { return ""; }
-  std::string peer_address() const override { return ""; }
 
   std::atomic<int> signals_written{0};
 
  private:
-  std::mutex mu_;
-  std::string label_ = "b";
-  std::string pending_;
+  std::mutex mu_;  // pending_, between the test and the relay thread
 };
 
 // Before hvdrun stops itself on Ctrl-Z it waits until the SIGSTOP for a remote host has
@@ -190,14 +186,8 @@ TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
 }
 
 // A client (or agent) that says why on stderr and ends: its words come with the EOF.
-class DyingLink : public HostLink {
+class DyingLink : public FakeLink {
  public:
-  DyingLink() {
-    AgentHello h;
-    h.version = HVDRUN_VERSION_STRING;
-    pending_ = agentwire::encode(Type::kHello, encode_hello(h));
-  }
-  const std::string& label() const override { return label_; }
   Status write(std::string_view) override { return {}; }
   size_t write_room() override { return 65536; }
   Result<std::string> read(int) override {
@@ -206,13 +196,9 @@ class DyingLink : public HostLink {
     return make_error("b: the agent closed its output", -1);
   }
   std::string stderr_text() override { return err_; }
-  std::optional<int> exit_status() override { return std::nullopt; }
-  std::string local_address() const override { return ""; }
-  std::string peer_address() const override { return ""; }
 
  private:
-  std::string label_ = "b";
-  std::string pending_, err_;
+  std::string err_;
 };
 
 TEST(RemoteHost, StderrThatCameWithTheEofIsShown) {
@@ -254,16 +240,7 @@ TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
   ASSERT_EQ(pipe(rep), 0);
   pid_t helper = fork();
   if (helper == 0) {
-    clone_args ca{};
-    ca.exit_signal = SIGCHLD;
-    pid_t want = client;
-    ca.set_tid = reinterpret_cast<uint64_t>(&want);
-    ca.set_tid_size = 1;
-    long other = syscall(SYS_clone3, &ca, sizeof ca);
-    if (other == 0) {
-      setpgid(0, 0);
-      while (true) pause();
-    }
+    long other = clone_holding_pid(client);
     int e = other < 0 ? errno : 0;
     if (write(rep[1], &e, sizeof e) < 0) _exit(1);
     while (true) pause();

@@ -670,14 +670,9 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     std::lock_guard<std::mutex> lk(control_mu_);
     late.swap(control_request_);
   }
-  if (late && !tearing_down_) {
-    tearing_down_ = true;
-    result_.exit_code = late->second;
-    result_.message = late->first;
-    if (!late->first.empty()) {
-      sink_.notice(late->first);
-      sink_.drain();
-    }
+  if (late) {
+    teardown(late->first, late->second);  // (every group is gone: it signals nobody)
+    sink_.drain();
   }
   return result_;
 }

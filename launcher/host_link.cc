@@ -265,17 +265,13 @@ class CommandLink : public HostLink {
       while ((r0 = waitpid(pid_, &st0, WNOHANG)) < 0 && errno == EINTR) {
       }
       if (r0 < 0) return;  // reaped already: not ours any more
-      if (r0 == pid_) {  // it had ended: what is left of its group, if anything
-        kill(-pid_, SIGCONT);
-        kill(-pid_, SIGTERM);
-        return;
-      }
       // The client only: the agent ends on the EOF it sees. SIGCONT first: a stopped client
       // (SIGSTOP, a paused container) holds SIGTERM, and a blocking wait on it held hvdrun
       // forever after it had reported the lost contact (found by the chaos suite); SIGKILL
       // if it has not ended within kClientGrace.
       kill(-pid_, SIGCONT);
       kill(-pid_, SIGTERM);
+      if (r0 == pid_) return;  // it had ended (reaped just now): that was for what is left of its group
       int st;
       auto deadline = std::chrono::steady_clock::now() + kClientGrace;
       while (true) {

@@ -182,6 +182,7 @@ int hvd_wait_result(hvd_handle_t handle, void* recvbuf) {
 int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
                           hvd_dtype_t dtype, hvd_op_t op) {
   return guarded([&]() -> hvdrun::Status {
+    hvdrun::Engine::CallerWaits waits;
     auto h = rt().allreduce_async(rt().blocking_name("grouped_allreduce").c_str(), n, sendbufs, recvbufs, counts, dtype,
                                   op, 1, 1, "hvd_grouped_allreduce");
     if (!h) return h.error();
@@ -193,6 +194,7 @@ int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype
                    size_t* rows_per_rank) {
   hvd_handle_t h = 0;
   int rc = submit(&h, [&] {
+    hvdrun::Engine::CallerWaits waits;
     return rt().allgatherv_async(rt().blocking_name("allgatherv").c_str(), sendbuf, nullptr, rows, row_elems, dtype,
                                  "hvd_allgatherv");
   });
@@ -204,6 +206,7 @@ int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_
                  void** recvbuf, size_t* rows_per_rank) {
   hvd_handle_t h = 0;
   int rc = submit(&h, [&] {
+    hvdrun::Engine::CallerWaits waits;
     return rt().alltoall_async(rt().blocking_name("alltoall").c_str(), sendbuf, rows, row_elems, splits, dtype,
                                "hvd_alltoall");
   });
@@ -214,6 +217,7 @@ int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_
 int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
                       hvd_op_t op) {
   return guarded([&]() -> hvdrun::Status {
+    hvdrun::Engine::CallerWaits waits;
     auto h = rt().reducescatter_async(rt().blocking_name("reducescatter").c_str(), sendbuf, recvbuf, rows, row_elems,
                                       dtype, op, "hvd_reducescatter");
     if (!h) return h.error();

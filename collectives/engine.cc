@@ -314,6 +314,12 @@ static void wake_word(std::atomic<uint32_t>* w) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+namespace {
+thread_local bool t_caller_waits = false;
+}
+Engine::CallerWaits::CallerWaits() { t_caller_waits = true; }
+Engine::CallerWaits::~CallerWaits() { t_caller_waits = false; }
+
 Result<hvd_handle_t> Engine::submit(Request r) {
   std::shared_ptr<Op> op;
   std::string fatal;  // reported once the lock is released
@@ -346,7 +352,7 @@ Result<hvd_handle_t> Engine::submit(Request r) {
     queue_.push_back(op);
     if (opts_.timeline) opts_.timeline->phase(op->req.spec.name, "QUEUE");
   }
-  wake();
+  if (!t_caller_waits) wake();
   return op->handle;
 }
 
@@ -422,13 +428,16 @@ Status Engine::wait_join(hvd_handle_t h, int* last_joined) {
   return s;
 }
 
-// Only the thread holding drive_mu_ touches the ring, waiting on it included (a
-// shared-memory ring has one consumer). The background thread holds it while it watches
-// for work; a waiter asks for it (want_drive_ and a wake), runs the cycles itself until
-// its operation is done, and hands it back.
+// Only the thread holding drive_mu_ runs cycles and reads the ring. The background thread
+// holds it only while it runs cycles: it waits for work without it (Ring::watch_left), so a
+// thread in wait() on an idle engine takes drive_mu_ at once and runs its own cycles, with no
+// hand-off between threads on the way (each costs a wake-up, tens of microseconds when the
+// threads are on different cores). When the background thread is running cycles, the waiter
+// asks for drive_mu_ (want_drive_ and a wake) and waits until it is handed back or its
+// operation is done.
 Status Engine::wait_done(const std::shared_ptr<Op>& op) {
   ++want_drive_;
-  wake();
+  bool woken = false;
   Status result;
   for (;;) {
     {
@@ -454,6 +463,12 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
     // Another thread runs the cycles: it says when ours is done, or when it lets go.
     std::unique_lock<std::mutex> lk(mu_);
     uint64_t seen = drive_releases_;
+    if (!woken) {
+      lk.unlock();
+      wake();  // out of a cycle-time wait, if it is in one
+      woken = true;
+      lk.lock();
+    }
     done_cv_.wait_for(lk, std::chrono::milliseconds(100),
                       [&] { return op->done || quit_.load() || drive_releases_ != seen; });
   }
@@ -464,37 +479,67 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
 }
 
 void Engine::background() {
-  std::unique_lock<std::mutex> d(drive_mu_);
   while (!quit_) {
-    drive([this] { return quit_.load() || want_drive_.load() > 0; }, false);
-    if (quit_) break;
     if (want_drive_.load() > 0) {
-      // Threads in wait() run the cycles themselves while they wait.
-      d.unlock();
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        ++drive_releases_;
-        done_cv_.notify_all();
-        done_cv_.wait_for(lk, std::chrono::milliseconds(100), [&] { return want_drive_.load() == 0 || quit_.load(); });
-      }
-      d.lock();
+      park();
       continue;
     }
+    uint32_t seen = wake_word_.load();  // before looking for work: a wake after it is not lost
     bool pending;
     {
+      std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
+      if (!d.owns_lock()) continue;  // a waiter (want_drive_ > 0) or stop() has it
+      drive([this] { return quit_.load() || want_drive_.load() > 0; }, false);
+    }
+    {
       std::lock_guard<std::mutex> lk(mu_);
+      if (want_drive_.load() > 0) {
+        ++drive_releases_;
+        done_cv_.notify_all();
+        continue;
+      }
       if (broken_) break;
       pending = !local_.empty() || !table_.empty();
     }
-    // Idle: sleep until local work, a waiter, or a peer's cycle. With requests pending,
-    // look again now and then (the stall check).
-    wait_for_event(pending ? 200 : -1);
+    // Idle: sleep until local work, a waiter's wake, or a peer's cycle. With requests
+    // pending, look again now and then (the stall check).
+    ring_->watch_left(wake_fd_, &wake_word_, seen, pending ? 200 : -1);
+    uint64_t v;
+    ssize_t r = ::read(wake_fd_, &v, sizeof v);  // non-blocking: drain
+    (void)r;
   }
+}
+
+// While threads in wait() run the cycles, the background thread stays off the ring (their
+// peers' messages would wake it for nothing), and for a millisecond after the last one left:
+// a loop of blocking calls comes straight back. A submit (wake()) ends the pause at once,
+// and there is none while this rank has requests pending. So the pause delays only a peer's
+// cycle that this rank has nothing for: it would join with an empty message, and whatever
+// that cycle could complete needs this rank's submit, which starts a cycle at once.
+void Engine::park() {
+  std::unique_lock<std::mutex> lk(mu_);
+  parked_ = true;
+  auto idle_since = std::chrono::steady_clock::now();
+  while (!quit_ && !kicked_) {
+    auto now = std::chrono::steady_clock::now();
+    if (want_drive_.load() > 0)
+      idle_since = now;
+    else if (!local_.empty() || now - idle_since >= std::chrono::milliseconds(1))
+      break;
+    park_cv_.wait_for(lk, std::chrono::milliseconds(1));
+  }
+  kicked_ = false;
+  parked_ = false;
 }
 
 void Engine::wake() {
   signal_fd(wake_fd_);
   wake_word(&wake_word_);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (parked_) {
+    kicked_ = true;
+    park_cv_.notify_one();
+  }
 }
 
 int Engine::work_now() {

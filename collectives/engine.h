@@ -97,6 +97,15 @@ class Engine {
   // Checks the request locally (HVD_ERR_INVALID_ARGUMENT for a pending duplicate name)
   // and queues it. Thread-safe.
   Result<hvd_handle_t> submit(Request r);
+  // Held around a submit whose caller waits for it right away (the blocking calls): the
+  // submit does not wake the background thread, because the caller will run the cycles.
+  class CallerWaits {
+   public:
+    CallerWaits();
+    ~CallerWaits();
+    CallerWaits(const CallerWaits&) = delete;
+    CallerWaits& operator=(const CallerWaits&) = delete;
+  };
   Result<hvd_handle_t> join();
   int poll(hvd_handle_t h);  // 1 done, 0 pending, -1 unknown
   // Blocks until done, releases the handle, returns the operation's status.
@@ -124,6 +133,7 @@ class Engine {
   Status wait_done(const std::shared_ptr<Op>& op);
   void release(hvd_handle_t h);
   void background();
+  void park();
   // Runs cycles while there is work, holding drive_mu_; returns when `stop_when` holds or
   // nothing is left to do. `block` lets it wait for peers while requests are pending.
   void drive(const std::function<bool()>& stop_when, bool block);
@@ -172,9 +182,12 @@ class Engine {
   bool leave_sent_ = false;
   EngineStats stats_;
 
-  std::mutex drive_mu_;  // held by whichever thread runs cycles or watches the ring
+  std::mutex drive_mu_;  // held by whichever thread runs cycles
   std::atomic<int> want_drive_{0};  // threads in wait(): the background thread leaves drive_mu_ to them
   uint64_t drive_releases_ = 0;     // (mu_) counts drive_mu_ handed back, for done_cv_ waiters
+  std::condition_variable park_cv_;  // the background thread's pause (park())
+  bool parked_ = false;              // (mu_) it is in park()
+  bool kicked_ = false;              // (mu_) wake() ended the pause
   std::thread thread_;
   std::atomic<bool> quit_{false};
 

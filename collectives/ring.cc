@@ -96,6 +96,9 @@ void Ring::set_hierarchy(std::unique_ptr<Ring> local, std::unique_ptr<Ring> cros
 }
 
 void Ring::close(const std::string& reason) {
+  left_.interrupt();
+  std::lock_guard<std::mutex> g(watch_mu_);
+  closed_ = true;
   right_.close(reason);
   left_.close(reason);
   if (local_) local_->close(reason);
@@ -391,8 +394,15 @@ Status Ring::alltoallv(const void* sendbuf, void* recvbuf, const std::vector<siz
 
 bool Ring::left_readable() {
   if (!left_.valid()) return false;
-  if (auto* shm = left_.shm(); shm && shm->readable()) return true;
-  // Over TCP: data. Beside a shared-memory ring the socket carries nothing: EOF or error.
+  if (auto* shm = left_.shm()) {
+    if (shm->readable()) return true;
+    // Beside a shared-memory ring the socket carries nothing, only EOF or an error when the
+    // peer is gone: look at it every few milliseconds, not at every call (a syscall).
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_socket_look_ < std::chrono::milliseconds(5)) return false;
+    last_socket_look_ = now;
+  }
+  // Over TCP: data.
   pollfd p{left_.fd(), POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }
@@ -411,6 +421,24 @@ void Ring::wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, in
   if (!shm->readable() && wake->load() == seen)
     transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
   shm->end_read_wait();
+}
+
+void Ring::watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
+  std::lock_guard<std::mutex> g(watch_mu_);
+  if (closed_ || wake->load() != seen) return;
+  auto* shm = left_.valid() ? left_.shm() : nullptr;
+  if (!shm) {
+    pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
+    ::poll(p, left_.valid() ? 2 : 1, timeout_ms);
+    return;
+  }
+  const int slice_ms = timeout_ms < 0 ? 20 : std::min(timeout_ms, 20);
+  transport::ShmChannel::Wait w[2];
+  w[0] = shm->prepare_watch();
+  w[1] = {wake, seen};
+  if (!shm->has_data() && wake->load() == seen)
+    transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
+  shm->end_watch();
 }
 
 }  // namespace hvdrun

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,14 @@ class Ring {
   // timeout_ms passes (-1: no limit). Over shared memory it waits on the ring's futex and
   // the wake word together, looking at the TCP connection every 20 ms.
   void wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms);
+  // The same wait for a thread other than the one running the collectives (the engine's
+  // background thread, while a caller runs them): it reads none of the reader's state, and
+  // close() wakes it and waits for it to let go of the pairs. Over shared memory it returns
+  // every 20 ms at most.
+  void watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms);
+  // Closes the pairs (and the hierarchy's rings): the neighbours see this rank gone, with
+  // `reason` over shared memory. A failed collective does it; so may another thread.
+  void close(const std::string& reason);
   // The pairs' sockets (-1 in a job of one), for tests that cut them.
   int left_fd() const { return left_.fd(); }
   int right_fd() const { return right_.fd(); }
@@ -79,6 +89,9 @@ class Ring {
 
  private:
   struct Header;
+  std::mutex watch_mu_;  // held by watch_left() while it looks at left_; close() takes it
+  bool closed_ = false;  // (watch_mu_) close() was called: watch_left() returns at once
+  std::chrono::steady_clock::time_point last_socket_look_;  // left_readable() beside shared memory
   Status check_agreement(const Header& mine);
   Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
               const std::function<void(size_t, size_t)>& on_recv = {}, size_t window = 0,
@@ -89,7 +102,6 @@ class Ring {
   Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status fail(Error e);
-  void close(const std::string& reason);
 
   int rank_, size_;
   transport::Pair right_, left_;

@@ -513,7 +513,10 @@ std::string Runtime::blocking_name(const char* kind) {
 namespace {
 template <class Fn>
 Status submit_and_wait(Runtime& rt, Fn&& submit) {
-  Result<hvd_handle_t> h = submit();
+  Result<hvd_handle_t> h = [&] {
+    Engine::CallerWaits waits;
+    return submit();
+  }();
   if (!h) return h.error();
   return rt.wait(*h);
 }

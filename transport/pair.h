@@ -10,6 +10,8 @@
 // beside it as the liveness signal (EOF when the peer's process is gone).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -48,6 +50,13 @@ class Pair {
   // The shared-memory ring, or null when the data flows over TCP.
   ShmChannel* shm() { return shm_.valid() ? &shm_ : nullptr; }
   bool is_shm() const { return shm_.valid(); }
+  // Wakes a thread watching this pair for data (ShmChannel::prepare_watch(), or poll() on
+  // the socket) before close() takes the pair away: the socket is shut down, a
+  // shared-memory ring's data word bumped.
+  void interrupt() {
+    if (shm_.valid()) shm_.interrupt();
+    if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+  }
   // `reason`: why this side gives up (a shared-memory peer names it in its error).
   void close(const std::string& reason = "") {
     shm_.close(reason);

@@ -31,8 +31,10 @@ struct WaitV {  // struct futex_waitv (linux/futex.h, 5.16+)
 };
 constexpr uint32_t kFutex2SizeU32 = 0x02;
 
+// Wakes every waiter: the consumer's word can have two (the thread running the transfer and
+// the engine's watcher, see prepare_watch()).
 void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 }  // namespace
@@ -45,6 +47,7 @@ struct ShmChannel::Header {
   alignas(64) std::atomic<uint64_t> head;  // written by the producer
   std::atomic<uint32_t> data_seq;          // bumped when the consumer waits and data came
   std::atomic<uint32_t> consumer_waiting;
+  std::atomic<uint32_t> watcher_waiting;  // the consumer's watcher (another thread) waits
   std::atomic<uint32_t> producer_closed;
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer
   std::atomic<uint32_t> space_seq;
@@ -128,7 +131,7 @@ size_t ShmChannel::write(const char* src, size_t len) {
   if (n > first) std::memcpy(data_, src + first, n - first);
   pos_ += n;
   hdr_->head.store(pos_, std::memory_order_seq_cst);
-  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst)) {
+  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst) || hdr_->watcher_waiting.load(std::memory_order_seq_cst)) {
     hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&hdr_->data_seq);
   }
@@ -174,6 +177,19 @@ ShmChannel::Wait ShmChannel::prepare_read_wait() {
 ShmChannel::Wait ShmChannel::prepare_write_wait() {
   hdr_->producer_waiting.store(1, std::memory_order_seq_cst);
   return {&hdr_->space_seq, hdr_->space_seq.load(std::memory_order_seq_cst)};
+}
+ShmChannel::Wait ShmChannel::prepare_watch() {
+  hdr_->watcher_waiting.store(1, std::memory_order_seq_cst);
+  return {&hdr_->data_seq, hdr_->data_seq.load(std::memory_order_seq_cst)};
+}
+void ShmChannel::end_watch() { hdr_->watcher_waiting.store(0, std::memory_order_relaxed); }
+bool ShmChannel::has_data() const {
+  return hdr_->head.load(std::memory_order_seq_cst) != hdr_->tail.load(std::memory_order_seq_cst) ||
+         hdr_->producer_closed.load(std::memory_order_acquire);
+}
+void ShmChannel::interrupt() {
+  hdr_->data_seq.fetch_add(1);
+  futex_wake(&hdr_->data_seq);
 }
 void ShmChannel::end_read_wait() { hdr_->consumer_waiting.store(0, std::memory_order_relaxed); }
 void ShmChannel::end_write_wait() { hdr_->producer_waiting.store(0, std::memory_order_relaxed); }

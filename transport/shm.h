@@ -70,6 +70,14 @@ class ShmChannel {
   void end_read_wait();
   void end_write_wait();
   bool readable();  // consumer: bytes are there (or the peer closed)
+
+  // The consumer's watcher: another thread than the one reading may wait for data without
+  // touching the reader's state (prepare_watch(), has_data(), futex wait, end_watch()); the
+  // producer wakes both. interrupt() wakes the watcher for nothing (before a close).
+  Wait prepare_watch();
+  void end_watch();
+  bool has_data() const;
+  void interrupt();
   bool writable();  // producer: space is there (or the peer closed)
 
   // Marks the channel closed for the peer (with why, when it failed: the peer names it in

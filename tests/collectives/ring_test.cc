@@ -3,6 +3,7 @@
 // (ranks on two "hosts": shared memory within each, TCP between them).
 #include "collectives/ring.h"
 
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include <future>
@@ -263,6 +264,27 @@ TEST_P(RingDeadPeer, FailsFastNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "mixed"));
+
+// The engine's background thread waits in watch_left() while another thread may close the
+// ring (a failed collective): close() wakes it and waits for it, over TCP (a poll() with
+// no time limit) and over shared memory; then watch_left() returns at once.
+TEST(Ring, CloseWakesAWatcherAndWaitsForIt) {
+  for (const char* mode : {"unix", "shm"}) {
+    SCOPED_TRACE(mode);
+    auto rings = make_rings(2, {}, mode);
+    ASSERT_TRUE(rings[0] && rings[1]);
+    UniqueFd wake_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    std::atomic<uint32_t> word{0};
+    auto watcher = std::async(std::launch::async, [&] { rings[0]->watch_left(wake_fd.get(), &word, 0, -1); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto closer = std::async(std::launch::async, [&] { rings[0]->close("test"); });
+    ASSERT_EQ(closer.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "close() hung on the watcher";
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(watcher.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    rings[0]->watch_left(wake_fd.get(), &word, 0, -1);  // closed: returns at once
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+}
 
 TEST(Ring, SilentPeerTimesOut) {
   RingOptions o;

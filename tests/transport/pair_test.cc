@@ -142,6 +142,46 @@ TEST(ShmPair, SameHostGetsSharedMemoryOtherHostsAndRefusersStayOnTcp) {
   EXPECT_EQ(dev_shm(), before);
 }
 
+// The engine's background thread watches a ring it does not read (ShmChannel::prepare_watch),
+// while the thread that reads may wait on the same futex word: one write wakes both.
+TEST(ShmPair, OneWriteWakesTheWatcherAndTheReaderWaitingBesideIt) {
+  auto k = link("h", "h", 4096);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ASSERT_TRUE(k.out->is_shm());
+  ShmChannel* in = k.in->shm();
+  auto asleep = [](ShmChannel::Wait w, auto ready) {
+    return std::async(std::launch::async, [w, ready] {
+      auto t0 = std::chrono::steady_clock::now();
+      if (!ready()) futex_wait_any(&w, 1, 10'000'000'000L);  // 10 s: a missed wake shows
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  };
+  char got[8];
+  // Alone: the reader is not waiting, so only the watcher's own flag gets it woken.
+  auto watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(k.out->shm()->write("12345678", 8), 8u);
+  ASSERT_EQ(watcher.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the lone watcher was not woken";
+  EXPECT_LT(watcher.get(), 5.0);
+  in->end_watch();
+  EXPECT_TRUE(in->has_data());
+  ASSERT_EQ(in->read(got, 8), 8u);
+  EXPECT_FALSE(in->has_data());
+  // Beside the reader's own wait on the same word: one write wakes both.
+  watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); });
+  auto reader = asleep(in->prepare_read_wait(), [in] { return in->readable(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(k.out->shm()->write("abcdefgh", 8), 8u);
+  ASSERT_EQ(watcher.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the watcher was not woken";
+  ASSERT_EQ(reader.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the reader was not woken";
+  EXPECT_LT(watcher.get(), 5.0);
+  EXPECT_LT(reader.get(), 5.0);
+  in->end_watch();
+  in->end_read_wait();
+  ASSERT_EQ(in->read(got, 8), 8u);
+  EXPECT_EQ(std::string(got, 8), "abcdefgh");
+}
+
 TEST(ShmPair, StreamsThroughASmallRingIntoAReduceWindow) {
   auto k = link("h", "h", 4096);  // the smallest ring: every transfer wraps many times
   ASSERT_TRUE(k.out.ok() && k.in.ok());

@@ -41,6 +41,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "collectives/dtype.h"
 #include "collectives/gpu.h"
@@ -116,15 +117,17 @@ struct Reader {
     pos += n;
     return s;
   }
-  std::string bytes(size_t n) {
+  // In place: valid while `in` lives.
+  std::string_view view(size_t n) {
     if (!ok || pos + n > in.size()) {
       ok = false;
       return {};
     }
-    std::string s = in.substr(pos, n);
+    std::string_view s(in.data() + pos, n);
     pos += n;
     return s;
   }
+  void align(size_t a) { pos = std::min(in.size(), (pos + a - 1) / a * a); }
   std::vector<uint64_t> u64s() {
     uint32_t n = get<uint32_t>();
     if (!ok || pos + 8ull * n > in.size()) {
@@ -245,7 +248,9 @@ struct CycleMessage {
   std::vector<uint64_t> bits;
   std::vector<std::string> invalid;
   std::vector<Spec> specs;
-  std::string eager;  // the data of small cached host allreduces (see eager_layout)
+  // The data of small cached host allreduces (see eager_layout), in place in the received
+  // message, 8-byte aligned within it (the message's own buffer is malloc-aligned).
+  std::string_view eager;
 };
 
 bool Spec::same_as(const Spec& o) const {
@@ -639,30 +644,6 @@ std::string Engine::build_message() {
       }
   }
   m.invalid.swap(invalidate_);
-  if (opts_.size > 1) {
-    auto layout = eager_layout(m.bits);
-    size_t total = 0;
-    for (auto& [id, off] : layout) {
-      const Spec& sp = cache_.at(cache_ids_[id]).spec;
-      size_t bytes = 0;
-      for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
-      total = std::max(total, off + bytes);
-    }
-    m.eager.assign(total, 0);
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [name, op] : local_) {
-      if (op->state != Op::kCached) continue;
-      auto it = layout.find(static_cast<size_t>(op->cache_id));
-      if (it == layout.end()) continue;
-      const Spec& sp = op->req.spec;
-      const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
-      size_t off = it->second;
-      for (size_t k = 0; k < sp.counts.size(); ++k) {
-        scale_copy(m.eager.data() + off, op->req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
-        off += sp.counts[k] * dtype_size(dt);
-      }
-    }
-  }
   Writer w;
   w.put<uint8_t>(m.flags);
   w.u64s(m.bits);
@@ -670,8 +651,37 @@ std::string Engine::build_message() {
   for (auto& n : m.invalid) w.str(n);
   w.put<uint32_t>(static_cast<uint32_t>(m.specs.size()));
   for (auto& s : m.specs) put_spec(w, s);
-  w.put<uint32_t>(static_cast<uint32_t>(m.eager.size()));
-  w.out += m.eager;
+  // The eager data goes straight into the message (8-byte aligned in it), prescaled.
+  std::unordered_map<size_t, size_t> layout;
+  size_t total = 0;
+  if (opts_.size > 1) {
+    layout = eager_layout(m.bits);
+    for (auto& [id, off] : layout) {
+      const Spec& sp = cache_.at(cache_ids_[id]).spec;
+      size_t bytes = 0;
+      for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
+      total = std::max(total, off + bytes);
+    }
+  }
+  w.put<uint32_t>(static_cast<uint32_t>(total));
+  w.out.resize((w.out.size() + 7) / 8 * 8, '\0');
+  const size_t base = w.out.size();
+  w.out.resize(base + total, '\0');
+  if (total) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [name, op] : local_) {
+      if (op->state != Op::kCached) continue;
+      auto it = layout.find(static_cast<size_t>(op->cache_id));
+      if (it == layout.end()) continue;
+      const Spec& sp = op->req.spec;
+      const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
+      size_t off = base + it->second;
+      for (size_t k = 0; k < sp.counts.size(); ++k) {
+        scale_copy(w.out.data() + off, op->req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
+        off += sp.counts[k] * dtype_size(dt);
+      }
+    }
+  }
   return std::move(w.out);
 }
 
@@ -696,7 +706,7 @@ Status Engine::cycle() {
   if (opts_.timeline && opts_.timeline->mark_cycles()) opts_.timeline->instant("CYCLE_START");
   std::string mine = build_message();
   std::vector<std::string> all;
-  if (auto s = ring_->allgather_bytes(mine, &all); !s) return s;
+  if (auto s = ring_->allgather_bytes(std::move(mine), &all); !s) return s;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.cycles;
@@ -770,7 +780,9 @@ Status Engine::process(const std::vector<std::string>& raw) {
     for (uint32_t i = 0; i < ni && rd.ok; ++i) m.invalid.push_back(rd.str());
     uint32_t ns = rd.get<uint32_t>();
     for (uint32_t i = 0; i < ns && rd.ok; ++i) m.specs.push_back(get_spec(rd));
-    m.eager = rd.bytes(rd.get<uint32_t>());
+    uint32_t eager_bytes = rd.get<uint32_t>();
+    rd.align(8);
+    m.eager = rd.view(eager_bytes);
     if (!rd.ok || rd.pos != raw[r].size())
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
@@ -836,22 +848,24 @@ Status Engine::process(const std::vector<std::string>& raw) {
   if (active > 0)
     for (size_t id = 0; id < cache_ids_.size(); ++id) {
       if (cache_ids_[id].empty()) continue;
-      bool all = true;
-      std::vector<int> missing;
-      for (int r = 0; r < n; ++r)
-        if (!joined_[r] && !bit(msgs[r].bits, id)) {
-          all = false;
-          missing.push_back(r);
+      int sent = 0;
+      for (int r = 0; r < n; ++r) sent += !joined_[r] && bit(msgs[r].bits, id);
+      if (sent < active) {
+        // For the stall check: a cached name some ranks have sent and others not. (Most
+        // cached names are idle in a cycle: they cost no allocation and no lookup.)
+        if (sent > 0) {
+          std::vector<int> missing;
+          for (int r = 0; r < n; ++r)
+            if (!joined_[r] && !bit(msgs[r].bits, id)) missing.push_back(r);
+          auto [it, fresh] = cached_partial_.try_emplace(cache_ids_[id]);
+          if (fresh) it->second.first = now_s();
+          it->second.second = std::move(missing);
+        } else if (!cached_partial_.empty()) {
+          cached_partial_.erase(cache_ids_[id]);
         }
-      // For the stall check: a cached name some ranks have sent and others not.
-      if (!all && static_cast<int>(missing.size()) < active) {
-        auto [it, fresh] = cached_partial_.try_emplace(cache_ids_[id]);
-        if (fresh) it->second.first = now_s();
-        it->second.second = missing;
-      } else {
-        cached_partial_.erase(cache_ids_[id]);
+        continue;
       }
-      if (!all) continue;
+      if (!cached_partial_.empty()) cached_partial_.erase(cache_ids_[id]);
       if (active == n && run_eager(id, msgs, eager_at)) continue;
       Response resp;
       resp.name = cache_ids_[id];
@@ -995,13 +1009,23 @@ bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs,
   slot.lru = ++lru_clock_;
   if (!op) return true;  // (every rank sent its bit, so this rank has it)
   if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
-  eager_acc_.assign(msgs[0].eager.data() + eager_at[0].at(id), msgs[0].eager.data() + eager_at[0].at(id) + total * es);
   auto rop = static_cast<hvd_op_t>(sp.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : sp.op);
-  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), msgs[r].eager.data() + eager_at[r].at(id), total, dt, rop);
+  const double div = sp.op == HVD_OP_AVERAGE ? n : 1;
+  auto data = [&](int r) { return msgs[r].eager.data() + eager_at[r].at(id); };
+  if (sp.counts.size() == 1 && sp.postscale == 1 && div == 1) {
+    // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
+    // went into this rank's message, so an in-place call loses nothing).
+    void* recv = op->req.tensors[0].recv;
+    std::memcpy(recv, data(0), total * es);
+    for (int r = 1; r < n; ++r) reduce_into(recv, data(r), total, dt, rop);
+    complete(name, {});
+    return true;
+  }
+  eager_acc_.assign(data(0), data(0) + total * es);
+  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), data(r), total, dt, rop);
   size_t off = 0;
   for (size_t k = 0; k < sp.counts.size(); ++k) {
-    scale_copy(op->req.tensors[k].recv, eager_acc_.data() + off, sp.counts[k], dt, sp.postscale,
-               sp.op == HVD_OP_AVERAGE ? n : 1);
+    scale_copy(op->req.tensors[k].recv, eager_acc_.data() + off, sp.counts[k], dt, sp.postscale, div);
     off += sp.counts[k] * es;
   }
   complete(name, {});

@@ -320,10 +320,10 @@ Status Ring::barrier() {
 // receives an 8-byte length, then the body. A body up to kEagerBytes leaves with its length
 // in one write (it fits any socket buffer, so no rank can block on a neighbour that is
 // still reading its length); a longer one goes in a second step after the lengths.
-Status Ring::allgather_bytes(const std::string& mine, std::vector<std::string>* all) {
+Status Ring::allgather_bytes(std::string mine, std::vector<std::string>* all) {
   if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
   all->assign(size_, std::string());
-  (*all)[rank_] = mine;
+  (*all)[rank_] = std::move(mine);
   constexpr size_t kEagerBytes = 32 << 10;
   std::string out;
   for (int s = 0; s < size_ - 1; ++s) {

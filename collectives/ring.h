@@ -55,7 +55,7 @@ class Ring {
 
   // Engine-level helpers (collectives/engine.cc). Every rank calls them in the same order.
   // Gathers one byte string from every rank (lengths may differ): all[r] is rank r's.
-  Status allgather_bytes(const std::string& mine, std::vector<std::string>* all);
+  Status allgather_bytes(std::string mine, std::vector<std::string>* all);
   // Allgather with per-rank block sizes known to every rank: recv holds the blocks by rank.
   Status allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes_per_rank);
   // Alltoall over the ring (store and forward): bytes[src * size + dst] is what rank src

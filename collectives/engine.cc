@@ -174,8 +174,9 @@ constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
 
 
 // Small cached allreduces travel with the negotiation itself: a rank appends the data
-// (prescaled) of each pending cached host allreduce up to kEagerTensor bytes, in cache-id
-// order while the total stays within kEagerTotal. When every rank has sent a name's bit and
+// (prescaled) of each pending cached host allreduce, in cache-id order, while what every
+// other rank receives stays within kEagerTensor bytes per tensor and kEagerTotal in all
+// ((n - 1) times the data: beyond that the ring allreduce moves fewer bytes). When every rank has sent a name's bit and
 // its data, every rank reduces the contributions in rank order and is done: one exchange
 // instead of negotiation plus transfer, and bitwise the same result everywhere.
 constexpr size_t kEagerTensor = 64 << 10, kEagerTotal = 256 << 10;
@@ -695,7 +696,10 @@ std::unordered_map<size_t, size_t> Engine::eager_layout(const std::vector<uint64
     size_t bytes = 0;
     for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
     total = (total + 7) & ~size_t{7};  // each tensor's data 8-byte aligned for the reduction
-    if (bytes > kEagerTensor || total + bytes > kEagerTotal) continue;
+    // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
+    // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
+    const size_t others = static_cast<size_t>(opts_.size > 1 ? opts_.size - 1 : 1);
+    if (bytes * others > kEagerTensor || (total + bytes) * others > kEagerTotal) continue;
     at[id] = total;
     total += bytes;
   }

@@ -446,6 +446,7 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
   bool woken = false;
   Status result;
   for (;;) {
+    uint64_t seen;  // hand-backs counted before the try_lock: one after it is not missed
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (op->done) {
@@ -456,6 +457,7 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
         result = Error{broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_, broken_code_};
         break;
       }
+      seen = drive_releases_;
     }
     std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
     if (d.owns_lock()) {
@@ -467,14 +469,11 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
       continue;
     }
     // Another thread runs the cycles: it says when ours is done, or when it lets go.
-    std::unique_lock<std::mutex> lk(mu_);
-    uint64_t seen = drive_releases_;
     if (!woken) {
-      lk.unlock();
       wake();  // out of a cycle-time wait, if it is in one
       woken = true;
-      lk.lock();
     }
+    std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait_for(lk, std::chrono::milliseconds(100),
                       [&] { return op->done || quit_.load() || drive_releases_ != seen; });
   }
@@ -496,6 +495,7 @@ void Engine::background() {
       std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
       if (!d.owns_lock()) continue;  // a waiter (want_drive_ > 0) or stop() has it
       drive([this] { return quit_.load() || want_drive_.load() > 0; }, false);
+      pending = !table_.empty();  // the driver's state: read under drive_mu_
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -505,7 +505,7 @@ void Engine::background() {
         continue;
       }
       if (broken_) break;
-      pending = !local_.empty() || !table_.empty();
+      pending = pending || !local_.empty();
     }
     // Idle: sleep until local work, a waiter's wake, or a peer's cycle. With requests
     // pending, look again now and then (the stall check).
@@ -539,8 +539,9 @@ void Engine::park() {
 }
 
 void Engine::wake() {
-  signal_fd(wake_fd_);
+  // The word first: a waiter whose eventfd another thread drained still sees it moved.
   wake_word(&wake_word_);
+  signal_fd(wake_fd_);
   std::lock_guard<std::mutex> lk(mu_);
   if (parked_) {
     kicked_ = true;
@@ -793,8 +794,13 @@ Status Engine::process(const std::vector<std::string>& raw) {
   }
   // Where each rank's eager data lies: from the cache as it was when the messages were built.
   std::vector<std::unordered_map<size_t, size_t>> eager_at(n);
-  for (int r = 0; r < n; ++r)
-    if (!msgs[r].eager.empty()) eager_at[r] = eager_layout(msgs[r].bits);
+  for (int r = 0; r < n; ++r) {
+    if (msgs[r].eager.empty()) continue;
+    int same = -1;  // in steady state every rank sends the same bits: one layout for all
+    for (int q = 0; q < r && same < 0; ++q)
+      if (!msgs[q].eager.empty() && msgs[q].bits == msgs[r].bits) same = q;
+    eager_at[r] = same >= 0 ? eager_at[same] : eager_layout(msgs[r].bits);
+  }
   // A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
   for (int r = 0; r < n; ++r)
     if (msgs[r].flags & kFlagLeaving) {
@@ -1020,7 +1026,7 @@ bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs,
     // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
     // went into this rank's message, so an in-place call loses nothing).
     void* recv = op->req.tensors[0].recv;
-    std::memcpy(recv, data(0), total * es);
+    if (total) std::memcpy(recv, data(0), total * es);
     for (int r = 1; r < n; ++r) reduce_into(recv, data(r), total, dt, rop);
     complete(name, {});
     return true;

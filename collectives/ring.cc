@@ -96,9 +96,9 @@ void Ring::set_hierarchy(std::unique_ptr<Ring> local, std::unique_ptr<Ring> cros
 }
 
 void Ring::close(const std::string& reason) {
+  closing_ = true;
   left_.interrupt();
   std::lock_guard<std::mutex> g(watch_mu_);
-  closed_ = true;
   right_.close(reason);
   left_.close(reason);
   if (local_) local_->close(reason);
@@ -410,6 +410,7 @@ bool Ring::left_readable() {
 void Ring::wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
   auto* shm = left_.valid() ? left_.shm() : nullptr;
   if (!shm) {
+    if (wake->load() != seen) return;  // (the eventfd may have been drained by the watcher)
     pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
     ::poll(p, left_.valid() ? 2 : 1, timeout_ms);
     return;
@@ -425,7 +426,7 @@ void Ring::wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, in
 
 void Ring::watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
   std::lock_guard<std::mutex> g(watch_mu_);
-  if (closed_ || wake->load() != seen) return;
+  if (closing_ || wake->load() != seen) return;
   auto* shm = left_.valid() ? left_.shm() : nullptr;
   if (!shm) {
     pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
@@ -436,7 +437,8 @@ void Ring::watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, i
   transport::ShmChannel::Wait w[2];
   w[0] = shm->prepare_watch();
   w[1] = {wake, seen};
-  if (!shm->has_data() && wake->load() == seen)
+  // closing_ again: an interrupt() before prepare_watch() read the word would be missed.
+  if (!closing_ && !shm->has_data() && wake->load() == seen)
     transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
   shm->end_watch();
 }

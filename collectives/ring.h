@@ -90,7 +90,7 @@ class Ring {
  private:
   struct Header;
   std::mutex watch_mu_;  // held by watch_left() while it looks at left_; close() takes it
-  bool closed_ = false;  // (watch_mu_) close() was called: watch_left() returns at once
+  std::atomic<bool> closing_{false};  // close() was called: watch_left() returns at once
   std::chrono::steady_clock::time_point last_socket_look_;  // left_readable() beside shared memory
   Status check_agreement(const Header& mine);
   Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,

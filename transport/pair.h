@@ -51,11 +51,15 @@ class Pair {
   ShmChannel* shm() { return shm_.valid() ? &shm_ : nullptr; }
   bool is_shm() const { return shm_.valid(); }
   // Wakes a thread watching this pair for data (ShmChannel::prepare_watch(), or poll() on
-  // the socket) before close() takes the pair away: the socket is shut down, a
-  // shared-memory ring's data word bumped.
+  // the socket) before close() takes the pair away: a shared-memory ring's data word is
+  // bumped; a TCP pair's socket is shut down. (Beside a shared-memory ring the socket is
+  // left alone: close() first writes why into the ring, and the peer reads the socket's
+  // EOF as the cue to read it.)
   void interrupt() {
-    if (shm_.valid()) shm_.interrupt();
-    if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+    if (shm_.valid())
+      shm_.interrupt();
+    else if (fd_.valid())
+      ::shutdown(fd_.get(), SHUT_RDWR);
   }
   // `reason`: why this side gives up (a shared-memory peer names it in its error).
   void close(const std::string& reason = "") {

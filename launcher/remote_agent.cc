@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -75,18 +76,24 @@ class FramedSink : public OutputSink {
   LauncherLink& link_;
 };
 
-// Reads one frame from `fd`, waiting at most `seconds`. EOF or an error: nullopt.
-std::optional<agentwire::Frame> read_frame(int fd, agentwire::FrameReader& reader, double seconds) {
+// Reads one frame from `fd`, waiting at most `seconds`. EOF or an error: nullopt. A
+// readable `stop_fd` (when given) ends the wait too, with *stopped set.
+std::optional<agentwire::Frame> read_frame(int fd, agentwire::FrameReader& reader, double seconds,
+                                           int stop_fd = -1, bool* stopped = nullptr) {
   auto deadline = deadline_in(seconds);
   char buf[65536];
   while (true) {
     if (auto f = reader.next()) return f;
-    pollfd p{fd, POLLIN, 0};
+    pollfd p[2] = {{fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     int ms = ms_until(deadline);
     if (ms <= 0) return std::nullopt;
-    int n = poll(&p, 1, ms);
+    int n = poll(p, stop_fd >= 0 ? 2 : 1, ms);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return std::nullopt;
+    if (stop_fd >= 0 && p[1].revents) {
+      *stopped = true;
+      return std::nullopt;
+    }
     ssize_t r = read(fd, buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return std::nullopt;
@@ -284,14 +291,56 @@ int run_agent_mode(const std::vector<std::string>& args) {
   LocalAgent agent(ao, sink, &*watchdog);
 
   // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
-  // connection) is gone.
+  // connection) is gone. Both threads use this frame's objects (the agent, the link, the
+  // reader): they are stopped and joined before it returns (LinkThreads' destructor, which
+  // runs before those objects' own). Left running (detached), the control thread took the
+  // EOF of hvdrun closing the link after kDone while this process was exiting, and wrote
+  // into the agent that had gone with this frame (ASan's detect_stack_use_after_return: 8 of
+  // 10 agents of Cluster.RemoteWorkerKilledTearsDownTheJobWithItsRankAndHost; plain ASan: a
+  // leaked vector grown inside the dead agent, exit 1, in 79 of 250 agents under load), and
+  // the heartbeat thread wrote through the dead link: a corrupted exit (CI once saw an agent
+  // still alive 10 s after hvdrun had ended).
   double silence = job->heartbeat_timeout, grace = job->kill_grace;
   // How long the launcher had been silent when this agent gave it up (0: it did not).
   static std::atomic<int> lost_contact_s{0};
-  std::thread control([&agent, &reader, in_fd, silence, grace, stdin_writer] {
+  struct LinkThreads {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop_heartbeat = false, stop_control = false;  // under mu
+    UniqueFd stop_rd, stop_wr;  // the control thread's poll wakes on this pipe
+    std::thread control, heartbeat;
+    ~LinkThreads() {
+      // The heartbeat first, while the control thread still stands guard: should a write to
+      // a launcher that stopped reading hold the heartbeat, the control thread still ends
+      // this process on the launcher's silence.
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stop_heartbeat = true;
+      }
+      cv.notify_all();
+      if (heartbeat.joinable()) heartbeat.join();
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        stop_control = true;
+      }
+      cv.notify_all();
+      char c = 1;
+      [[maybe_unused]] ssize_t n = ::write(stop_wr.get(), &c, 1);
+      if (control.joinable()) control.join();
+    }
+  } threads;
+  if (int p[2]; pipe2(p, O_CLOEXEC) == 0) {
+    threads.stop_rd.reset(p[0]);
+    threads.stop_wr.reset(p[1]);
+  } else {
+    return setup_error(std::string("pipe: ") + std::strerror(errno), ErrorKind::kLaunchFailed);
+  }
+  threads.control = std::thread([&agent, &reader, &threads, in_fd, silence, grace, stdin_writer] {
     auto last_heard = std::chrono::steady_clock::now();
     while (true) {
-      auto f = read_frame(in_fd, reader, silence);
+      bool stopped = false;
+      auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &stopped);
+      if (stopped) return;  // the job is over here: kDone has gone
       if (!f) {
         auto quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
         lost_contact_s = std::max(1, static_cast<int>(quiet + 0.5));
@@ -307,15 +356,21 @@ int run_agent_mode(const std::vector<std::string>& args) {
     agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
     // If the agent's loop is stuck writing to a dead connection, leave the ending to the
     // watchdog, which holds every worker's group.
-    std::this_thread::sleep_for(std::chrono::duration<double>(grace + 2));
-    _exit(1);
+    std::unique_lock<std::mutex> lk(threads.mu);
+    if (!threads.cv.wait_for(lk, std::chrono::duration<double>(grace + 2), [&threads] { return threads.stop_control; }))
+      _exit(1);
   });
-  control.detach();  // blocked in read(stdin) until the process exits
-  std::thread heartbeat([&link] {
-    while (link.send(Type::kHeartbeat, ""))
-      std::this_thread::sleep_for(std::chrono::duration<double>(agentwire::kHeartbeatInterval));
+  threads.heartbeat = std::thread([&link, &threads] {
+    std::unique_lock<std::mutex> lk(threads.mu);
+    while (!threads.stop_heartbeat) {
+      lk.unlock();
+      bool sent = link.send(Type::kHeartbeat, "");
+      lk.lock();
+      if (!sent) return;
+      threads.cv.wait_for(lk, std::chrono::duration<double>(agentwire::kHeartbeatInterval),
+                          [&threads] { return threads.stop_heartbeat; });
+    }
   });
-  heartbeat.detach();
 
   std::vector<WorkerLaunch> launches;
   for (const auto& r : job->ranks) {

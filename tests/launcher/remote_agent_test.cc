@@ -1,0 +1,143 @@
+// `hvdrun --agent`'s main (run_agent_mode), run in a child process of the test that speaks
+// the launcher's side of the protocol over pipes on the child's stdin and stdout.
+#include "launcher/remote_agent.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/deadline.h"
+#include "common/socket_io.h"
+#include "launcher/agent.h"
+#include "launcher/agent_messages.h"
+#include "launcher/agent_wire.h"
+
+namespace hvdrun {
+namespace {
+
+using agentwire::Type;
+
+int threads_of_self() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// The next frame on `fd` within `seconds` (nullopt at EOF or the deadline).
+std::optional<agentwire::Frame> next_frame(int fd, agentwire::FrameReader& reader, double seconds) {
+  auto deadline = deadline_in(seconds);
+  char buf[4096];
+  while (true) {
+    if (auto f = reader.next()) return f;
+    int ms = ms_until(deadline);
+    if (ms <= 0) return std::nullopt;
+    pollfd p{fd, POLLIN, 0};
+    int n = poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return std::nullopt;
+    if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)))) return std::nullopt;
+  }
+}
+
+// An agent whose job has ended (kDone sent) while hvdrun keeps the link open: when its
+// main returns, nothing else of it runs. Its control and heartbeat threads used to stay,
+// detached, with references into the returned frame (the LocalAgent, the link, the frame
+// reader): hvdrun's EOF right after kDone, or the next heartbeat, then wrote into whatever
+// the exiting process had put there (ASan, detect_stack_use_after_return: 8 of 10 agents of
+// Cluster.RemoteWorkerKilledTearsDownTheJobWithItsRankAndHost; CI once saw such an agent
+// still alive 10 s after hvdrun had ended).
+TEST(RemoteAgent, NothingOfTheAgentRunsOnceItsMainReturns) {
+  int to_agent[2], from_agent[2], report[2];
+  ASSERT_EQ(pipe2(to_agent, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(from_agent, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // As hvdrun's main does before anything else; then the agent's stdin and stdout.
+    block_handled_signals();
+    dup2(to_agent[0], 0);
+    dup2(from_agent[1], 1);
+    int code = run_agent_mode({"--start-timeout=20"});
+    // Threads that have been told to end may take a moment to be gone from /proc.
+    int threads = threads_of_self();
+    for (int i = 0; i < 100 && threads > 1; ++i) {
+      usleep(10000);
+      threads = threads_of_self();
+    }
+    char line[64];
+    int n = std::snprintf(line, sizeof line, "%d %d\n", code, threads);
+    [[maybe_unused]] ssize_t w = write(report[1], line, static_cast<size_t>(n));
+    _exit(0);
+  }
+  close(to_agent[0]);
+  close(from_agent[1]);
+  close(report[1]);
+  int out = from_agent[0], in = to_agent[1];
+
+  agentwire::FrameReader reader;
+  auto hello = next_frame(out, reader, 20);
+  ASSERT_TRUE(hello && hello->type == Type::kHello);
+  AgentJob job;
+  job.host = "b";
+  job.cwd = "/";
+  job.kill_grace = 2;
+  job.heartbeat_timeout = 30;
+  const char* path = std::getenv("PATH");
+  job.ranks.push_back({0, {"sh", "-c", "exit 3"}, {std::string("PATH=") + (path ? path : "/usr/bin:/bin")}});
+  ASSERT_TRUE(write_all(in, agentwire::encode(Type::kJob, encode_job(job))));
+  auto ready = next_frame(out, reader, 20);
+  ASSERT_TRUE(ready && ready->type == Type::kReady);
+  ASSERT_TRUE(write_all(in, agentwire::encode(Type::kStart, "")));
+  std::optional<agentwire::Frame> f;
+  while ((f = next_frame(out, reader, 20)) && f->type != Type::kDone) {
+  }
+  ASSERT_TRUE(f) << "no kDone from the agent";
+  EXPECT_EQ(f->payload, "{\"code\":3}");
+
+  // The link stays open (no EOF, no silence): what is left running of the agent is its own.
+  std::string got;
+  auto deadline = deadline_in(20);
+  while (got.find('\n') == std::string::npos) {
+    pollfd p{report[0], POLLIN, 0};
+    int ms = ms_until(deadline);
+    if (ms <= 0 || poll(&p, 1, ms) <= 0) break;
+    char buf[64];
+    ssize_t r = read(report[0], buf, sizeof buf);
+    if (r <= 0) break;
+    got.append(buf, static_cast<size_t>(r));
+  }
+  close(in);
+  close(out);
+  close(report[0]);
+  int st = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 500 && (r = waitpid(child, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (r == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+  }
+  EXPECT_EQ(r, child) << "the agent's process did not end within 5 s of its report";
+  EXPECT_EQ(got, "3 1\n") << "expected: exit code 3, and only the main thread left";
+}
+
+}  // namespace
+}  // namespace hvdrun

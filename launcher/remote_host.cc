@@ -180,7 +180,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
           agent.request_teardown(lost_contact_message(lost), exit_code::kLostContact);
         else if (code != 0 && !failed_reported)
           agent.request_teardown("", code);  // its notice said why
-        relay_stderr(sink);
+        wait_for_agent_exit(sink);
         return;
       }
     }
@@ -202,6 +202,28 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         return;
       }
   }
+}
+
+// After its kDone the agent only exits: its output ends (EOF) when it has. hvdrun returns
+// once every agent is gone, as mpirun once its daemons are (it had returned as soon as
+// the kDone came, and an agent that then took long to exit outlived the job unseen: CI
+// saw one still running 10 s after hvdrun had ended). What the agent says on stderr on its
+// way out (a sanitizer's report) is shown; one that is not gone within kAgentExitWait is
+// named and left to end by itself.
+void RemoteHost::wait_for_agent_exit(OutputSink& sink) {
+  auto deadline = deadline_in(kAgentExitWait);
+  while (true) {
+    int ms = ms_until(deadline);
+    if (ms <= 0) {
+      relay_stderr(sink);
+      sink.notice("hvdrun: warning: host " + host_ + ": the agent had not exited " +
+                  std::to_string(static_cast<int>(kAgentExitWait)) + " s after the end of its ranks");
+      return;
+    }
+    auto bytes = link_->read(std::min(ms, 200));  // a last heartbeat at most: not looked at
+    if (!bytes) break;  // EOF: the agent has exited (or the link is gone)
+  }
+  relay_stderr(sink);
 }
 
 std::string RemoteHost::lost_contact_message(int seconds) const {

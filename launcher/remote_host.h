@@ -65,6 +65,8 @@ class RemoteHost : public RemoteControl {
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);
+  void wait_for_agent_exit(OutputSink& sink);
+  static constexpr double kAgentExitWait = 5;  // seconds from the agent's kDone to its exit
   std::string lost_contact_message(int seconds) const;
   void send_queued_stdin();
 

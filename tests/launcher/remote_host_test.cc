@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "hvdrun_version.h"
@@ -125,9 +126,12 @@ TEST(RemoteHost, LinkThatTakesNothingStillEndsInLostContact) {
   EXPECT_NE(sink.notices[0].find("hvdrun: lost contact with the agent on b for "), std::string::npos) << sink.notices[0];
 }
 
-// An agent that reads everything: the signals written are recorded; it says kDone when told.
+// An agent that reads everything: the signals written are recorded; it says kDone when told,
+// and then exits (its output ends) `exit_after` later, saying `last_words` on stderr.
 class RecordingLink : public FakeLink {
  public:
+  explicit RecordingLink(double exit_after = 0, std::string last_words = "")
+      : exit_after_(exit_after), last_words_(std::move(last_words)) {}
   Status write(std::string_view data) override {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a write takes a moment
     if (data.size() == 6 && static_cast<Type>(data[4]) == Type::kSignal) signals_written++;
@@ -137,20 +141,38 @@ class RecordingLink : public FakeLink {
   Result<std::string> read(int timeout_ms) override {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (!pending_.empty()) return std::exchange(pending_, std::string());
+      if (!pending_.empty()) {
+        if (done_said_ && !exits_at_) exits_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(exit_after_));
+        return std::exchange(pending_, std::string());
+      }
+      if (exits_at_ && Clock::now() >= *exits_at_) {
+        err_ = last_words_;
+        exited_at = Clock::now();
+        return make_error("b: the agent closed its output", -1);
+      }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 10)));
     return std::string();
+  }
+  std::string stderr_text() override {
+    std::lock_guard<std::mutex> lk(mu_);
+    return err_;
   }
   void say_done() {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ = agentwire::encode(Type::kDone, "{\"code\":0}");
+    done_said_ = true;
   }
 
   std::atomic<int> signals_written{0};
+  std::optional<Clock::time_point> exited_at;  // under mu_, read once the relay has ended
 
  private:
-  std::mutex mu_;  // pending_, between the test and the relay thread
+  std::mutex mu_;  // pending_, err_ and the times, between the test and the relay thread
+  double exit_after_;
+  std::string last_words_, err_;
+  bool done_said_ = false;
+  std::optional<Clock::time_point> exits_at_;
 };
 
 // Before hvdrun stops itself on Ctrl-Z it waits until the SIGSTOP for a remote host has
@@ -183,6 +205,30 @@ TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(written_at_return, 2);
   EXPECT_LT(waited, 4);
+}
+
+// After its kDone the agent only exits; hvdrun returns once it has (its output ended), and
+// shows what it said on stderr on its way out. hvdrun used to return at the kDone: an agent
+// slow to exit outlived the job unseen (CI: one still running 10 s after hvdrun ended).
+TEST(RemoteHost, RelayEndsOnceTheAgentHasExitedAfterItsLastReport) {
+  auto link = std::make_unique<RecordingLink>(/*exit_after=*/0.5, "leak report\n");
+  RecordingLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  host.start(agent, sink);
+  fake->say_done();
+  AgentResult r = agent.run({});
+  auto ended = Clock::now();
+  host.join();
+  EXPECT_EQ(r.exit_code, 0);
+  ASSERT_TRUE(fake->exited_at) << "the job ended before the agent had exited";
+  EXPECT_GE(ended, *fake->exited_at);
+  ASSERT_EQ(sink.notices.size(), 1u);
+  EXPECT_EQ(sink.notices[0], "hvdrun: b: leak report");
 }
 
 // A client (or agent) that says why on stderr and ends: its words come with the EOF.

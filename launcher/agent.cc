@@ -280,7 +280,13 @@ bool LocalAgent::any_group_alive() {
 // later signalled whatever process group had that id by then (another job's rank, a shell).
 void LocalAgent::forget_ended_groups() {
   for (auto& w : workers_)
-    if (w.pid > 0 && w.exited && !w.group_gone && !group_alive(w.pid)) w.group_gone = true;
+    if (w.pid > 0 && w.exited && !w.group_gone && !group_alive(w.pid)) {
+      w.group_gone = true;
+      // The watchdog too: should hvdrun die (SIGKILL, the OOM killer) later in the job, it
+      // signalled every group it had ever been told of, this one included, whoever's it
+      // was by then.
+      if (watchdog_) watchdog_->forget(w.pid);
+    }
 }
 
 void LocalAgent::reap() {

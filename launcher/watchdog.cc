@@ -39,6 +39,12 @@ void sleep_ms(long ms) {
       disarmed = true;
       break;
     }
+    if (v < 0) {  // forget(): that group has ended, and its id may become another's
+      for (int i = 0; i < n;)
+        if (groups[i] == -v) groups[i] = groups[--n];
+        else ++i;
+      continue;
+    }
     if (n < kMaxGroups) groups[n++] = v;
   }
   if (disarmed) _exit(0);
@@ -106,6 +112,12 @@ Watchdog::~Watchdog() {
 
 void Watchdog::watch(pid_t pgid) {
   int32_t v = pgid;
+  while (write(pipe_.get(), &v, sizeof v) < 0 && errno == EINTR) {
+  }
+}
+
+void Watchdog::forget(pid_t pgid) {
+  int32_t v = -pgid;
   while (write(pipe_.get(), &v, sizeof v) < 0 && errno == EINTR) {
   }
 }

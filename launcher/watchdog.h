@@ -21,6 +21,9 @@ class Watchdog {
   ~Watchdog();
 
   void watch(pid_t pgid);
+  // That group has ended (its leader reaped, nothing left in it): its id is free and may
+  // become another process's, which a later clean-up must not signal.
+  void forget(pid_t pgid);
   // Normal end: every group is already gone; the watchdog exits without killing anything.
   void disarm();
   pid_t pid() const { return pid_; }

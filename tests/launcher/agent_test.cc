@@ -233,6 +233,85 @@ TEST(LocalAgent, TheGroupIdOfARankThatEndedEarlyIsNotSignalledLater) {
   if (taken <= 0) GTEST_SKIP() << "cannot give a pid to another process here: " << why;
 }
 
+// The watchdog forgets a group once it has ended: hvdrun killed later in the job (SIGKILL,
+// the OOM killer) left the watchdog to end the job's groups, and it signalled every group it
+// had ever been told of, that of a rank that had ended long before too, whoever's it was by
+// then. Here hvdrun's part runs in a child, SIGKILLed once the early rank's pid is a
+// stranger's group.
+TEST(LocalAgent, WatchdogDoesNotSignalTheGroupIdOfARankThatEndedEarly) {
+  char tmpl[] = "/tmp/agent_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl, early = dir + "/early", late = dir + "/late";
+  pid_t hvdrun = fork();
+  ASSERT_GE(hvdrun, 0);
+  if (hvdrun == 0) {
+    block_handled_signals();
+    auto watchdog = Watchdog::start(/*grace_seconds=*/1);
+    if (!watchdog) _exit(3);
+    RecordingSink sink;
+    AgentOptions ao;
+    ao.kill_grace = 1;
+    LocalAgent agent(ao, sink, &*watchdog);
+    std::vector<WorkerLaunch> launches;
+    launches.push_back(sh_worker(0, "echo $$ > " + late + ".tmp; mv " + late + ".tmp " + late + "; exec sleep 30"));
+    launches.push_back(sh_worker(1, "echo $$ > " + early + ".tmp; mv " + early + ".tmp " + early));
+    agent.run(std::move(launches));
+    _exit(0);
+  }
+  auto read_pid = [](const std::string& path) {
+    for (int i = 0; i < 2500 && access(path.c_str(), F_OK) != 0; ++i) usleep(2000);
+    int p = 0;
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      if (std::fscanf(f, "%d", &p) != 1) p = 0;
+      std::fclose(f);
+    }
+    return static_cast<pid_t>(p);
+  };
+  pid_t early_pid = read_pid(early), late_pid = read_pid(late);
+  auto alive = [](pid_t p) {  // a zombie (reaped by nobody yet) has ended
+    char path[64], buf[512] = {};
+    std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(p));
+    FILE* f = std::fopen(path, "r");
+    if (!f) return false;
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    const char* rp = std::strrchr(buf, ')');
+    return !(n > 0 && rp && rp[1] == ' ' && rp[2] == 'Z');
+  };
+  auto gone = [&alive](pid_t p, int ms) {
+    for (int i = 0; i < ms / 2 && alive(p); ++i) usleep(2000);
+    return !alive(p);
+  };
+  int status_pipe[2];
+  ASSERT_EQ(pipe(status_pipe), 0);
+  pid_t taken = -1;
+  std::string why;
+  if (early_pid > 0 && gone(early_pid, 5000)) {
+    usleep(200000);  // hvdrun's loop has seen the group end (it looks at once, at the reap)
+    if (give_pid_to_a_stranger(early_pid, status_pipe[1], &why)) taken = early_pid;
+  }
+  kill(hvdrun, SIGKILL);  // the watchdog takes over: it ends the job's groups
+  int st;
+  waitpid(hvdrun, &st, 0);
+  EXPECT_GT(late_pid, 0);
+  if (late_pid > 0) {
+    EXPECT_TRUE(gone(late_pid, 5000)) << "the watchdog did not end the running rank";
+  }
+  if (taken > 0) {
+    pollfd pf{status_pipe[0], POLLIN, 0};
+    bool ended = poll(&pf, 1, 1500) == 1;
+    EXPECT_FALSE(ended) << "the watchdog signalled the process group that took the early rank's pid";
+    kill(taken, SIGKILL);
+  }
+  close(status_pipe[0]);
+  close(status_pipe[1]);
+  std::remove(early.c_str());
+  std::remove(late.c_str());
+  rmdir(tmpl);
+  if (early_pid <= 0) FAIL() << "rank 1 never wrote its pid";
+  if (taken <= 0) GTEST_SKIP() << "cannot give a pid to another process here: " << why;
+}
+
 TEST(LocalAgent, NothingReportedAndEveryRemoteFinishedIsSuccess) {
   RecordingSink sink;
   LocalAgent agent(AgentOptions{}, sink, nullptr);

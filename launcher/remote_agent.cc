@@ -76,28 +76,33 @@ class FramedSink : public OutputSink {
   LauncherLink& link_;
 };
 
-// Reads one frame from `fd`, waiting at most `seconds`. EOF or an error: nullopt. A
-// readable `stop_fd` (when given) ends the wait too, with *stopped set.
+// Why read_frame() returned no frame.
+enum class NoFrame { kClosed, kTimedOut, kStopped };
+
+// Reads one frame from `fd`, waiting at most `seconds`. EOF, an error or the time-out:
+// nullopt. A readable `stop_fd` (when given) ends the wait too. *why says which.
 std::optional<agentwire::Frame> read_frame(int fd, agentwire::FrameReader& reader, double seconds,
-                                           int stop_fd = -1, bool* stopped = nullptr) {
+                                           int stop_fd = -1, NoFrame* why = nullptr) {
   auto deadline = deadline_in(seconds);
   char buf[65536];
+  auto none = [why](NoFrame w) -> std::optional<agentwire::Frame> {
+    if (why) *why = w;
+    return std::nullopt;
+  };
   while (true) {
     if (auto f = reader.next()) return f;
     pollfd p[2] = {{fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
     int ms = ms_until(deadline);
-    if (ms <= 0) return std::nullopt;
+    if (ms <= 0) return none(NoFrame::kTimedOut);
     int n = poll(p, stop_fd >= 0 ? 2 : 1, ms);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    if (stop_fd >= 0 && p[1].revents) {
-      *stopped = true;
-      return std::nullopt;
-    }
+    if (n == 0) return none(NoFrame::kTimedOut);
+    if (n < 0) return none(NoFrame::kClosed);
+    if (stop_fd >= 0 && p[1].revents) return none(NoFrame::kStopped);
     ssize_t r = read(fd, buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return std::nullopt;
-    if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)))) return std::nullopt;
+    if (r <= 0) return none(NoFrame::kClosed);
+    if (!reader.feed(std::string_view(buf, static_cast<size_t>(r)))) return none(NoFrame::kClosed);
   }
 }
 
@@ -338,17 +343,28 @@ int run_agent_mode(const std::vector<std::string>& args) {
   }
   threads.control = std::thread([&agent, &reader, &threads, in_fd, silence, grace] {
     auto last_heard = std::chrono::steady_clock::now();
+    // hvdrun relayed a SIGSTOP: Ctrl-Z, and it stops itself next. Its silence until it
+    // relays the SIGCONT (fg, bg) is that stop, not a lost launcher: a job held longer than
+    // the heartbeat time-out ran on after fg, as a local one does (and as under mpirun or
+    // srun). EOF still ends the ranks (hvdrun killed while stopped).
+    bool launcher_stopped = false;
     while (true) {
-      bool stopped = false;
-      auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &stopped);
-      if (stopped) return;  // the job is over here: kDone has gone
+      NoFrame why = NoFrame::kClosed;
+      auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &why);
+      if (!f && why == NoFrame::kStopped) return;  // the job is over here: kDone has gone
+      if (!f && why == NoFrame::kTimedOut && launcher_stopped) continue;
       if (!f) {
         auto quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
         lost_contact_s = std::max(1, static_cast<int>(quiet + 0.5));
         break;
       }
       last_heard = std::chrono::steady_clock::now();
-      if (f->type == Type::kSignal && f->payload.size() == 1) agent.request_signal(static_cast<unsigned char>(f->payload[0]));
+      if (f->type == Type::kSignal && f->payload.size() == 1) {
+        int sig = static_cast<unsigned char>(f->payload[0]);
+        if (sig == SIGSTOP) launcher_stopped = true;
+        if (sig == SIGCONT) launcher_stopped = false;
+        agent.request_signal(sig);
+      }
       if (f->type == Type::kStdin && stdin_writer) {
         if (f->payload.empty()) stdin_writer->close_after_queued();  // end of hvdrun's stdin
         else stdin_writer->write(std::move(f->payload));

@@ -112,6 +112,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
   bool failed_reported = false;
   using Clock = std::chrono::steady_clock;
   auto last_heard = Clock::now(), last_sent = Clock::now();
+  bool stop_sent = false;  // a Ctrl-Z's SIGSTOP went to the agent, and no SIGCONT yet
   auto silence = std::chrono::duration<double>(settings_.heartbeat_timeout);
   // Writes in the loop never block: a link that takes nothing (an agent or its client
   // stopped, a network cut, with hvdrun's stdin filling the pipe or SSH window) held this
@@ -125,7 +126,9 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       (void)link_->write(agentwire::encode(Type::kHeartbeat, ""));
       last_sent = now;
     }
-    if (now - last_heard > silence) {
+    // Between the SIGSTOP of a Ctrl-Z and the SIGCONT after it, hvdrun was stopped itself:
+    // the agent's silence over that time is not counted (the agent does not count ours).
+    if (!stop_sent && now - last_heard > silence) {
       // The host or the network is down, or hvdrun itself was stopped (SIGSTOP, a paused VM)
       // past HVDRUN_HEARTBEAT_TIMEOUT: either way the agent there has ended its ranks.
       int quiet = static_cast<int>(std::chrono::duration<double>(now - last_heard).count() + 0.5);
@@ -145,6 +148,11 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
         char c = static_cast<char>(sigs[sent]);
         (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
+        if (sigs[sent] == SIGSTOP) stop_sent = true;
+        if (sigs[sent] == SIGCONT && stop_sent) {
+          stop_sent = false;
+          last_heard = Clock::now();
+        }
       }
       {
         std::lock_guard<std::mutex> lk(mu_);

@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -296,15 +297,16 @@ bool stopped_or_held_by_stopped_child(pid_t pid) {
 }
 
 // Two ranks (placed by `placement`) each print their pid and loop for 2 s: Ctrl-Z must
-// stop both and hvdrun, SIGCONT resume them to a clean end.
-void expect_ctrl_z_stops_and_resumes(const std::vector<std::string>& placement) {
+// stop both and hvdrun, SIGCONT (`hold` seconds later) resume them to a clean end.
+void expect_ctrl_z_stops_and_resumes(const std::vector<std::string>& placement, double hold = 0,
+                                     const std::map<std::string, std::string>& env = {}) {
   std::string dir = make_temp_dir();
   std::string pids = dir + "/pids";
   std::vector<std::string> args{"-np", "2"};
   args.insert(args.end(), placement.begin(), placement.end());
   for (const char* a : {"sh", "-c"}) args.push_back(a);
   args.push_back("echo $$ >> " + pids + "; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo done");
-  Process p(hvd(args));
+  Process p(hvd(args), env);
   ASSERT_TRUE(wait_for_lines(pids, 2, 20));
   auto workers = read_pids(pids);
   p.signal(SIGTSTP);
@@ -318,6 +320,7 @@ void expect_ctrl_z_stops_and_resumes(const std::vector<std::string>& placement) 
   }
   EXPECT_TRUE(stopped) << "hvdrun " << proc_state(p.pid()) << ", workers " << proc_state(workers[0])
                        << proc_state(workers[1]);
+  std::this_thread::sleep_for(std::chrono::duration<double>(hold));
   p.signal(SIGCONT);
   auto o = p.wait(60);
   EXPECT_EQ(o.exit_code, 0) << o.err;
@@ -334,6 +337,15 @@ TEST(Launch, CtrlZStopsTheWorkersAndContinueResumesThem) { expect_ctrl_z_stops_a
 // remote rank never stopped.
 TEST(Launch, CtrlZStopsRemoteWorkersToo) {
   expect_ctrl_z_stops_and_resumes({"-H", "localhost:1,fakehost:1", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}"});
+}
+
+// A Ctrl-Z held past the heartbeat time-out: hvdrun told the agent it was stopping (the
+// SIGSTOP it relays), and neither side takes the other's silence over the stop for a lost
+// contact. After fg the job ran on no more: the agent had ended its rank, and hvdrun exited
+// 5 ("lost contact"), where a local job, or one under mpirun or srun, resumes.
+TEST(Launch, CtrlZHeldPastTheHeartbeatTimeoutResumesRemoteWorkers) {
+  expect_ctrl_z_stops_and_resumes({"-H", "localhost:1,fakehost:1", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}"},
+                                  /*hold=*/5, {{"HVDRUN_HEARTBEAT_TIMEOUT", "3"}});
 }
 
 // The kill grace holds on a remote host where a rank failed: its agent began the teardown

@@ -77,9 +77,37 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
   }
 }
 
+// The job goes a chunk at a time, as the link has room, by the start time-out: a far side
+// that takes nothing (an agent or client stopped or hung after its hello) held hvdrun in a
+// write for good, with every host's agent and --start-timeout waiting on it, once the job
+// was larger than the pipe or SSH window (each rank's environment travels in it).
+Status RemoteHost::write_by(std::string_view data, std::chrono::steady_clock::time_point deadline) {
+  while (!data.empty()) {
+    size_t room = link_->write_room();
+    if (room == 0) {
+      if (ms_until(deadline) <= 0)
+        return error_of(ErrorKind::kLaunchFailed,
+                        describe_exit(link_->label() + ": the agent did not take the job within --start-timeout (" +
+                                      std::to_string(static_cast<int>(settings_.start_timeout)) + " s)"));
+      // A read while waiting: libssh takes the window's adjustments as it reads, and an
+      // agent that died says so here (its frames, if any, are kept for next_frame).
+      auto bytes = link_->read(10);
+      if (!bytes) return error_of(ErrorKind::kLaunchFailed, describe_exit(bytes.error().message));
+      if (!bytes->empty())
+        if (auto s = reader_.feed(*bytes); !s) return make_error(link_->label() + ": " + s.error().message);
+      continue;
+    }
+    size_t n = std::min(room, data.size());
+    if (auto s = link_->write(data.substr(0, n)); !s) return s;
+    data.remove_prefix(n);
+  }
+  return {};
+}
+
 Status RemoteHost::prepare(const AgentJob& job) {
-  if (auto s = link_->write(agentwire::encode(Type::kJob, encode_job(job))); !s) return s;
-  auto f = next_frame(deadline_in(settings_.start_timeout));
+  auto deadline = deadline_in(settings_.start_timeout);
+  if (auto s = write_by(agentwire::encode(Type::kJob, encode_job(job)), deadline); !s) return s;
+  auto f = next_frame(deadline);
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {

@@ -62,6 +62,7 @@ class RemoteHost : public RemoteControl {
 
  private:
   Result<agentwire::Frame> next_frame(std::chrono::steady_clock::time_point deadline);
+  Status write_by(std::string_view data, std::chrono::steady_clock::time_point deadline);
   std::string describe_exit(const std::string& what);
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);

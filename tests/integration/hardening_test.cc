@@ -144,6 +144,23 @@ TEST(Hardening, StoppedLauncherSaysItLostContactAndExits5) {
   std::filesystem::remove_all(dir);
 }
 
+// An agent that said hello and then took nothing (here its client's stdin goes to a
+// process that never reads it; a stopped or hung agent or client does the same): the job
+// (each rank's environment is in it, 100 KB here) no longer fits the pipe, and hvdrun's
+// write of it blocked for good, --start-timeout or not.
+TEST(Hardening, AgentThatTakesNoJobFailsTheStartInTime) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto o = run(hvd({"-np", "2", "-H", "fakehost:2", "--start-timeout", "3", "--launch-command",
+                    "sh -c \"sleep 1000 | \\\"\\$@\\\"\" {host}", "true"}),
+               60, {{"HVDRUN_TEST_BIG", std::string(100000, 'x')}});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(o.timed_out) << "hvdrun was held writing the job to an agent that takes nothing";
+  EXPECT_EQ(o.exit_code, 3) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: fakehost: the agent did not take the job within --start-timeout (3 s)"),
+            std::string::npos) << o.err;
+  EXPECT_LT(took, 15);
+}
+
 // A rank's daemon that left its session (setsid) ends with the job, and hvdrun does not
 // wait on the pipe it holds (issue 16.2).
 TEST(Hardening, SetsidDaemonOfARankEndsWithTheJob) {

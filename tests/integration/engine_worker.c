@@ -10,7 +10,8 @@
  *   engine_worker fewer [late]  rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
  *                               (late: the others submit "f2" 1 s later, after it left)
  *                            and exits 0; the others' "f2" fails and they exit 1
- *   engine_worker steps N    N steps of 20 async allreduces (for the timeline) */
+ *   engine_worker steps N    N steps of 20 async allreduces (for the timeline; with
+ *                            ENGINE_WORKER_STEPPING=PREFIX, PREFIX<rank> appears after the first) */
 #include <hvdrun/hvdrun.h>
 #include <signal.h>
 #include <stdio.h>
@@ -277,6 +278,15 @@ int main(int argc, char** argv) {
       }
       for (int i = 0; i < 20; ++i) CHECK(hvd_wait(h[i]));
       if (argc > 3 && r == 1 && st == atoi(argv[3])) raise(SIGKILL);
+      /* ENGINE_WORKER_STEPPING=PREFIX: PREFIX<rank> is created once the first step is done
+         (a test that stops a rank "in the middle of its steps" waits for it). */
+      const char* mark = getenv("ENGINE_WORKER_STEPPING");
+      if (st == 0 && mark) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%d", mark, r);
+        FILE* f = fopen(path, "w");
+        if (f) fclose(f);
+      }
     }
     printf("rank %d steps done\n", r);
   }

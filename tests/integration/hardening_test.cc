@@ -64,14 +64,18 @@ TEST(Hardening, StalledRingNamesTheStoppedRankNotAWaitingNeighbour) {
     Process p(hvd({"-np", "4", "--kill-grace", "2", "sh", "-c",
                    "echo $$ > " + dir + "/pid$HOROVOD_RANK; exec " + std::string(ENGINE_WORKER_BIN) + " steps 100000000"}),
               {{"HVDRUN_TIMEOUT", "2"}, {"HVDRUN_STALL_CHECK_TIME_SECONDS", "1"},
-               {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "3"}});
+               {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "3"}, {"ENGINE_WORKER_STEPPING", dir + "/stepping"}});
     std::string pidfile = dir + "/pid" + std::to_string(stopped);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (read_file(pidfile).empty() && std::chrono::steady_clock::now() < until)
+    std::string stepping = dir + "/stepping" + std::to_string(stopped);
+    // In the middle of its steps: past its first one (a fixed delay after its start could
+    // stop it before the rendezvous on a loaded machine, which hvdrun names as that).
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!(std::filesystem::exists(stepping) && !read_file(pidfile).empty()) &&
+           std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(std::filesystem::exists(stepping)) << "rank " << stopped << " never finished a step";
     pid_t pid = std::atoi(read_file(pidfile).c_str());
     ASSERT_GT(pid, 0) << "rank " << stopped << " never started";
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // in the middle of its steps
     kill(pid, SIGSTOP);
     auto o = p.wait(60);
     std::filesystem::remove_all(dir);

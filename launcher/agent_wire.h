@@ -7,6 +7,7 @@
 //                    task and node), kHello (JSON: its node, network stack and addresses), kReady,
 //                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
+//                    kStdinTaken (JSON: bytes of kStdin written to rank 0, or closed)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
 //                    with argv and env), kStart, kSignal (u8 signal), kStdin (bytes for
 //                    rank 0; empty: end of input)
@@ -43,9 +44,15 @@ enum class Type : uint8_t {
   kStdin = 11,
   kAttach = 12,  // agent -> hvdrun, first on a connection the agent dialed (JSON: token, task, node)
   kExited = 13,  // agent -> hvdrun: a rank exited with code 0 (JSON: rank), for the blame
+  // agent -> hvdrun: bytes of kStdin that left the agent for rank 0's stdin (JSON: bytes), or
+  // (JSON: closed) rank 0's stdin is closed and takes nothing more. hvdrun keeps at most
+  // kStdinWindow bytes sent and not yet taken: a rank 0 that does not read its stdin holds
+  // hvdrun's stdin there, not in the agent's memory.
+  kStdinTaken = 14,
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds
+inline constexpr size_t kStdinWindow = 4u << 20;  // bytes of stdin in flight to an agent
 
 inline constexpr uint32_t kMaxFrame = 64u << 20;
 

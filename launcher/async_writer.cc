@@ -56,6 +56,11 @@ void AsyncWriter::on_failure(std::function<void(int err)> fn) {
   on_failure_ = std::move(fn);
 }
 
+void AsyncWriter::on_done(std::function<void(size_t bytes, bool failed)> fn) {
+  std::lock_guard<std::mutex> lk(mu_);
+  on_done_ = std::move(fn);
+}
+
 void AsyncWriter::run() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
@@ -80,13 +85,22 @@ void AsyncWriter::run() {
     lk.lock();
     busy_ = false;
     queued_bytes_ -= batch.size();
+    size_t done = batch.size();
     if (!st) {
       failed_ = true;
+      done += queued_bytes_;
       queue_.clear();
       queued_bytes_ = 0;
       if (on_failure_) on_failure_(st.error().code);
     }
     cv_.notify_all();
+    if (on_done_) {
+      auto fn = on_done_;
+      bool failed = !st;
+      lk.unlock();
+      fn(done, failed);
+      lk.lock();
+    }
   }
 }
 

@@ -35,6 +35,10 @@ class AsyncWriter {
   // (EPIPE: the reader went away); output is dropped from then on. Set before it matters;
   // set to nullptr before what it refers to goes away (it runs under the writer's lock).
   void on_failure(std::function<void(int err)> fn);
+  // Called from the writer's thread, outside its lock, with the bytes that left the queue:
+  // written, or dropped because a write failed (`failed`: the reader is gone, and what comes
+  // later is dropped too). Set before the first write().
+  void on_done(std::function<void(size_t bytes, bool failed)> fn);
 
  private:
   void run();
@@ -50,6 +54,7 @@ class AsyncWriter {
   bool closing_ = false;
   bool failed_ = false;  // the reader went away (EPIPE): output is dropped from then on
   std::function<void(int)> on_failure_;
+  std::function<void(size_t, bool)> on_done_;
   std::thread thread_;
 };
 

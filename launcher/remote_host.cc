@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.h"
@@ -205,6 +207,11 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
           failed_reported = true;
           agent.remote_failure(j.value("rank", -1), host_, j.value("status", 1 << 8));
         }
+      } else if (f.type == Type::kStdinTaken) {
+        auto j = nlohmann::json::parse(f.payload, nullptr, false);
+        if (j.is_object() && j.value("closed", false)) stdin_closed_ = true;
+        else if (j.is_object())
+          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, j.value("bytes", uint64_t{0}));
       } else if (f.type == Type::kExited) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         if (j.is_object()) agent.remote_exited_0(j.value("rank", -1));
@@ -286,21 +293,35 @@ void RemoteHost::join() {
 void RemoteHost::close() { link_.reset(); }
 
 // As much of the queued input as the link takes without blocking: a rank 0 that stops
-// reading (or an agent that has ended) must never stall this thread, which also reads.
+// reading (or an agent that has ended) must never stall this thread, which also reads. And
+// no more than kStdinWindow bytes that rank 0 has not taken yet (kStdinTaken): the rest
+// waits here, within send_stdin's bound, not in the agent's memory.
 void RemoteHost::send_queued_stdin() {
   constexpr size_t kHeader = 5;  // u32 length | u8 type
+  if (stdin_closed_) {  // rank 0's stdin is closed: what comes is read and dropped, as locally
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stdin_.clear();
+      stdin_bytes_ = 0;
+    }
+    stdin_cv_.notify_all();
+    return;
+  }
   while (true) {
     size_t room = link_->write_room();
     if (room <= kHeader) return;
+    size_t window = agentwire::kStdinWindow - std::min<uint64_t>(stdin_in_flight_, agentwire::kStdinWindow);
     std::string frame;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (stdin_.empty()) return;
       std::string& front = stdin_.front();
-      size_t n = std::min(front.size(), room - kHeader);  // an empty chunk is the end of input
+      if (!front.empty() && window == 0) return;  // (an empty chunk, the end, always goes)
+      size_t n = std::min({front.size(), room - kHeader, window});  // an empty chunk is the end of input
       frame = agentwire::encode(Type::kStdin, std::string_view(front).substr(0, n));
       front.erase(0, n);
       stdin_bytes_ -= n;
+      stdin_in_flight_ += n;
       if (front.empty()) stdin_.pop_front();
     }
     stdin_cv_.notify_all();

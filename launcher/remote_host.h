@@ -85,6 +85,8 @@ class RemoteHost : public RemoteControl {
   std::deque<std::string> stdin_;  // to send, under mu_
   size_t stdin_bytes_ = 0;
   std::condition_variable stdin_cv_;
+  uint64_t stdin_in_flight_ = 0;  // relay thread: stdin sent that rank 0 has not taken yet
+  bool stdin_closed_ = false;     // relay thread: rank 0's stdin is closed (the agent said)
   std::atomic<bool> finished_{false};
   size_t stderr_shown_ = 0;  // how much of the agent's stderr has been relayed
 };

@@ -23,6 +23,8 @@
 #include "launcher/agent_messages.h"
 #include "launcher/agent_wire.h"
 
+#include <nlohmann/json.hpp>
+
 namespace hvdrun {
 namespace {
 
@@ -137,6 +139,72 @@ TEST(RemoteAgent, NothingOfTheAgentRunsOnceItsMainReturns) {
   }
   EXPECT_EQ(r, child) << "the agent's process did not end within 5 s of its report";
   EXPECT_EQ(got, "3 1\n") << "expected: exit code 3, and only the main thread left";
+}
+
+// hvdrun's stdin for a remote rank 0 (kStdin frames): the agent says how much of it rank 0
+// has taken (kStdinTaken), for hvdrun to send no more than kStdinWindow ahead of it.
+TEST(RemoteAgent, SaysHowMuchOfItsStdinRankZeroTook) {
+  int to_agent[2], from_agent[2];
+  ASSERT_EQ(pipe2(to_agent, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(from_agent, O_CLOEXEC), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    block_handled_signals();
+    dup2(to_agent[0], 0);
+    dup2(from_agent[1], 1);
+    _exit(run_agent_mode({"--start-timeout=20"}));
+  }
+  close(to_agent[0]);
+  close(from_agent[1]);
+  int out = from_agent[0], in = to_agent[1];
+  agentwire::FrameReader reader;
+  auto hello = next_frame(out, reader, 20);
+  ASSERT_TRUE(hello && hello->type == Type::kHello);
+  AgentJob job;
+  job.host = "b";
+  job.cwd = "/";
+  job.stdin_to_rank0 = true;
+  const char* path = std::getenv("PATH");
+  // Rank 0 reads all of its stdin, then waits for the test's word (a file) to end.
+  char tmpl[] = "/tmp/remote_agent_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string go = std::string(tmpl) + "/go";
+  job.ranks.push_back({0, {"sh", "-c", "cat >/dev/null; while [ ! -e " + go + " ]; do sleep 0.02; done"},
+                       {std::string("PATH=") + (path ? path : "/usr/bin:/bin")}});
+  ASSERT_TRUE(write_all(in, agentwire::encode(Type::kJob, encode_job(job))));
+  auto ready = next_frame(out, reader, 20);
+  ASSERT_TRUE(ready && ready->type == Type::kReady);
+  ASSERT_TRUE(write_all(in, agentwire::encode(Type::kStart, "")));
+  const size_t total = 300000;
+  for (size_t sent = 0; sent < total; sent += 10000)
+    ASSERT_TRUE(write_all(in, agentwire::encode(Type::kStdin, std::string(10000, 'x'))));
+  ASSERT_TRUE(write_all(in, agentwire::encode(Type::kStdin, "")));  // the end of hvdrun's stdin
+  size_t taken = 0;
+  std::optional<agentwire::Frame> f;
+  while (taken < total && (f = next_frame(out, reader, 20)) && f->type != Type::kDone)
+    if (f->type == Type::kStdinTaken) {
+      auto j = nlohmann::json::parse(f->payload, nullptr, false);
+      if (j.is_object()) taken += j.value("bytes", size_t{0});
+    }
+  std::fclose(std::fopen(go.c_str(), "w"));
+  while ((f = next_frame(out, reader, 20)) && f->type != Type::kDone) {
+  }
+  std::remove(go.c_str());
+  rmdir(tmpl);
+  ASSERT_TRUE(f) << "no kDone from the agent";
+  EXPECT_EQ(f->payload, "{\"code\":0}");
+  EXPECT_EQ(taken, total);
+  close(in);
+  close(out);
+  int st = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 500 && (r = waitpid(child, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (r == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+  }
+  EXPECT_EQ(r, child) << "the agent did not exit within 5 s of its kDone";
 }
 
 }  // namespace

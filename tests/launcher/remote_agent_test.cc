@@ -78,15 +78,18 @@ TEST(RemoteAgent, NothingOfTheAgentRunsOnceItsMainReturns) {
     block_handled_signals();
     dup2(to_agent[0], 0);
     dup2(from_agent[1], 1);
+    // The threads this process has before the agent runs: 1, or 2 under TSan (its runtime
+    // starts its own thread again in a forked child).
+    const int before = threads_of_self();
     int code = run_agent_mode({"--start-timeout=20"});
     // Threads that have been told to end may take a moment to be gone from /proc.
     int threads = threads_of_self();
-    for (int i = 0; i < 100 && threads > 1; ++i) {
+    for (int i = 0; i < 100 && threads > before; ++i) {
       usleep(10000);
       threads = threads_of_self();
     }
     char line[64];
-    int n = std::snprintf(line, sizeof line, "%d %d\n", code, threads);
+    int n = std::snprintf(line, sizeof line, "%d %d\n", code, threads - before + 1);
     [[maybe_unused]] ssize_t w = write(report[1], line, static_cast<size_t>(n));
     _exit(0);
   }
@@ -138,7 +141,13 @@ TEST(RemoteAgent, NothingOfTheAgentRunsOnceItsMainReturns) {
     waitpid(child, &st, 0);
   }
   EXPECT_EQ(r, child) << "the agent's process did not end within 5 s of its report";
+#if defined(__SANITIZE_THREAD__)
+  // TSan's runtime keeps threads of its own (two, asleep in nanosleep, after the agent's
+  // forks), so the count means nothing there; the Release and ASan runs check it.
+  EXPECT_EQ(got.substr(0, 2), "3 ") << "expected: exit code 3";
+#else
   EXPECT_EQ(got, "3 1\n") << "expected: exit code 3, and only the main thread left";
+#endif
 }
 
 // hvdrun's stdin for a remote rank 0 (kStdin frames): the agent says how much of it rank 0

@@ -408,25 +408,19 @@ bool Ring::left_readable() {
 }
 
 void Ring::wait_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
-  auto* shm = left_.valid() ? left_.shm() : nullptr;
-  if (!shm) {
-    if (wake->load() != seen) return;  // (the eventfd may have been drained by the watcher)
-    pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
-    ::poll(p, left_.valid() ? 2 : 1, timeout_ms);
-    return;
-  }
-  const int slice_ms = timeout_ms < 0 ? 20 : std::min(timeout_ms, 20);
-  transport::ShmChannel::Wait w[2];
-  w[0] = shm->prepare_read_wait();
-  w[1] = {wake, seen};
-  if (!shm->readable() && wake->load() == seen)
-    transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
-  shm->end_read_wait();
+  wait_on_left(wake_fd, wake, seen, timeout_ms, false);
 }
 
 void Ring::watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms) {
   std::lock_guard<std::mutex> g(watch_mu_);
-  if (closing_ || wake->load() != seen) return;
+  if (closing_) return;
+  wait_on_left(wake_fd, wake, seen, timeout_ms, true);
+}
+
+// The reader's wait and the watcher's differ only in the shared-memory ring's flag they
+// raise (and what they look at: the reader's cached state, or the header alone).
+void Ring::wait_on_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms, bool watcher) {
+  if (wake->load() != seen) return;  // (over TCP the eventfd may have been drained by the other waiter)
   auto* shm = left_.valid() ? left_.shm() : nullptr;
   if (!shm) {
     pollfd p[2] = {{wake_fd, POLLIN, 0}, {left_.valid() ? left_.fd() : -1, POLLIN, 0}};
@@ -435,12 +429,16 @@ void Ring::watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, i
   }
   const int slice_ms = timeout_ms < 0 ? 20 : std::min(timeout_ms, 20);
   transport::ShmChannel::Wait w[2];
-  w[0] = shm->prepare_watch();
+  w[0] = watcher ? shm->prepare_watch() : shm->prepare_read_wait();
   w[1] = {wake, seen};
-  // closing_ again: an interrupt() before prepare_watch() read the word would be missed.
-  if (!closing_ && !shm->has_data() && wake->load() == seen)
-    transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
-  shm->end_watch();
+  // The watcher looks at closing_ again: an interrupt() before prepare_watch() read the
+  // word would be missed.
+  bool ready = watcher ? closing_ || shm->has_data() : shm->readable();
+  if (!ready && wake->load() == seen) transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
+  if (watcher)
+    shm->end_watch();
+  else
+    shm->end_read_wait();
 }
 
 }  // namespace hvdrun

@@ -102,6 +102,7 @@ class Ring {
   Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status fail(Error e);
+  void wait_on_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms, bool watcher);
 
   int rank_, size_;
   transport::Pair right_, left_;

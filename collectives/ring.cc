@@ -112,6 +112,7 @@ Status Ring::fail(Error e) {
   broken_ = true;
   broken_reason_ = e.message;
   if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e);
+  if (on_peer_lost && e.kind == ErrorKind::kPeerLost && e.peer_rank >= 0) on_peer_lost(e.peer_rank);
   close(e.message);
   return e;
 }

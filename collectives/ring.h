@@ -86,6 +86,9 @@ class Ring {
   // Called with the message of a mismatch or time-out before the ring is closed, so that
   // hvdrun hears the cause before the neighbours fail on the closed connections.
   std::function<void(const Error&)> on_fatal;
+  // Called with the rank whose connection closed (kPeerLost) before the ring is closed and
+  // the error returned, so that hvdrun knows whom this rank's failure came from.
+  std::function<void(int peer)> on_peer_lost;
 
  private:
   struct Header;

@@ -192,6 +192,10 @@ Status Runtime::connect_ring() {
     }
     report_fatal(e.message);
   };
+  ring_comm_->on_peer_lost = [this](int peer) {
+    std::lock_guard<std::mutex> lk(client_mu_);
+    if (client_) (void)client_->set(rdv::kLostKeyPrefix + std::to_string(view_.rank), std::to_string(peer), 5);
+  };
   auto wanted = hierarchy_from_tunables();
   if (!wanted) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view_.rank) + ": " + wanted.error().message);
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.

@@ -42,7 +42,9 @@ struct Error {
   std::string message;
   int code = 1;  // an exit code, errno or hvd_* code, depending on the layer (see above)
   ErrorKind kind = ErrorKind::kUnspecified;
-  int peer_rank = -1;  // kTimeout: the rank this one made no progress with (-1: none)
+  // kTimeout: the rank this one made no progress with; kPeerLost: the rank whose
+  // connection closed (-1: none)
+  int peer_rank = -1;
 };
 
 inline Error make_error(std::string message, int code = 1) { return Error{std::move(message), code, ErrorKind::kUnspecified}; }

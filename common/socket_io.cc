@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <thread>
 
 namespace hvdrun {
 int ms_until(std::chrono::steady_clock::time_point deadline) {
@@ -26,6 +28,43 @@ Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::ste
     if (err) return make_error(std::strerror(err), err);
   }
   return fd;
+}
+
+namespace {
+
+bool transient_connect_error(int err, Refused refused) {
+  switch (err) {
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case ETIMEDOUT:
+    case EAGAIN:
+    case EADDRNOTAVAIL:
+    case ECONNRESET:
+    case EINTR:
+      return true;
+    case ECONNREFUSED:
+      return refused == Refused::kRetry;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline,
+                                      Refused refused) {
+  using Clock = std::chrono::steady_clock;
+  std::minstd_rand rng(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  double backoff = 0.01;
+  while (true) {
+    auto fd = connect_tcp(sa, len, deadline);
+    if (fd || !transient_connect_error(fd.error().code, refused) || Clock::now() >= deadline) return fd;
+    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng), left);
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));
+    backoff = std::min(backoff * 2, 1.0);
+  }
 }
 
 namespace {

@@ -24,6 +24,17 @@ int ms_until(std::chrono::steady_clock::time_point deadline);
 // Errors: ETIMEDOUT, else the connect errno (ECONNREFUSED, EHOSTUNREACH, ...).
 Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline);
 
+// Whether a refused connection is worth another try: kRetry while the listener may not be
+// up yet (the rendezvous server before hvdrun has bound it), kFinal where it listens
+// already (a peer's data-plane port: refused means it is gone).
+enum class Refused { kRetry, kFinal };
+
+// connect_tcp, tried again with jittered back-off (10 ms doubling to 1 s) until `deadline`
+// while the error is transient: no route or network (a link flapping), a reset, a
+// time-out of one try, and a refusal when `refused` says so. The error is the last try's.
+Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline,
+                                      Refused refused);
+
 Status write_exact(int fd, const void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
 
 // All of `data` to a blocking fd (a pipe or a file), retrying partial writes and EINTR.

@@ -39,6 +39,10 @@ constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous fail
 // Ranks time out at about the same moment (their clocks start at the same stall); a rank
 // whose neighbour timed out first fails on its closed connection and exits at once.
 constexpr double kSilenceWindow = 1.0;
+// A rank that failed on a peer's closed connection names the peer; that peer's own end
+// (exit 0, a failure, a signal) comes from its host's agent, on another path: it is
+// waited for this long after the first failure before the verdict is given without it.
+constexpr double kLostPeerWait = 2.0;
 constexpr double kSignalsSentWait = 1.0;  // seconds for remotes' relays to send a SIGSTOP
 
 bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
@@ -167,6 +171,14 @@ void LocalAgent::rank_left(int rank) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
     left_requests_.emplace_back(rank, now_s());
+  }
+  wake();
+}
+
+void LocalAgent::rank_lost_peer(int rank, int peer) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    lost_requests_.emplace_back(rank, peer);
   }
   wake();
 }
@@ -315,7 +327,7 @@ void LocalAgent::reap() {
 // so its peers may fail and exit first. Failures seen within kFailureWindow of the first
 // are weighed together: a signal death is the likelier cause, then the lowest rank (as
 // mpirun reports).
-void LocalAgent::report_failure() {
+void LocalAgent::report_failure(bool can_wait) {
   // Then the rank that left the rendezvous first (its peers fail on its closed connections
   // and exit within the same moment: e.g. its hvd_init failed), then the lowest rank.
   auto left_at = [this](int rank) {
@@ -328,6 +340,22 @@ void LocalAgent::report_failure() {
     return a.rank < b.rank;
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
+  // The ranks that failed on a closed connection named the peer they lost: one that exited
+  // 0 or left without failing is the cause, whatever order the hosts' reports came in.
+  std::optional<int> lost_culprit;
+  if (!opts_.on_failure && !WIFSIGNALED(f.status)) {
+    std::set<int> failed, quit;
+    for (const auto& x : failures_) failed.insert(x.rank);
+    for (const auto& [rank, when] : exited_0_) quit.insert(rank);
+    for (const auto& [rank, when] : left_) quit.insert(rank);
+    LostPeerVerdict v = lost_peer_culprit(lost_, failed, quit);
+    double wait_until = first_failure_at_ + kLostPeerWait;
+    if (!v.culprit && v.pending && can_wait && now_s() < wait_until) {
+      report_at_ = std::min(now_s() + 0.05, wait_until);
+      return;
+    }
+    lost_culprit = v.culprit;
+  }
   report_at_.reset();
   // A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
   // the failures itself, is the likelier cause: its peers fail on its closed connections.
@@ -340,6 +368,7 @@ void LocalAgent::report_failure() {
     bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
     if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
   }
+  if (lost_culprit) left_first.emplace(*lost_culprit, 0.0);
   if (left_first && !opts_.on_failure && !WIFSIGNALED(f.status)) {
     int rank = left_first->first;
     std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
@@ -438,9 +467,11 @@ void LocalAgent::take_requests() {
   std::vector<std::pair<int, double>> left;
   std::vector<SilenceReport> silences;
   std::vector<std::pair<int, double>> exit0;
+  std::vector<std::pair<int, int>> lost;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
     exit0.swap(exit0_requests_);
+    lost.swap(lost_requests_);
     silences.swap(silence_requests_);
     req.swap(control_request_);
     sigs.swap(signal_requests_);
@@ -450,6 +481,7 @@ void LocalAgent::take_requests() {
   for (auto& f : remote) note_failure(std::move(f));
   for (auto& [rank, when] : left) left_.emplace(rank, when);
   for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
+  for (auto& [rank, peer] : lost) lost_.emplace(rank, peer);
   for (auto& s : silences) {
     if (tearing_down_) break;
     silences_.push_back(std::move(s));
@@ -535,7 +567,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       if (tearing_down_)
         report_at_.reset();
       else
-        report_failure();
+        report_failure(!all_exited);
     }
     bool pipes_open = false;
     for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();

@@ -89,6 +89,9 @@ class LocalAgent {
   // Thread-safe: `rank` left the job (its rendezvous connection ended without
   // hvd_shutdown). If others then fail, it is the one blamed.
   void rank_left(int rank);
+  // Thread-safe: `rank` failed on its closed connection to `peer` (it said so through the
+  // rendezvous before it exited). A peer that exited 0 or left is then the one blamed.
+  void rank_lost_peer(int rank, int peer);
   // Thread-safe: `rank` made no progress with `peer` within HVDRUN_TIMEOUT (`message`, its
   // report). Reports are gathered for a moment, then the rank that stalled the job is named
   // (launcher/blame.h) and the job torn down.
@@ -104,7 +107,9 @@ class LocalAgent {
   void signal_all(int sig);
   void reap();
   void take_requests();
-  void report_failure();
+  // `can_wait`: the verdict may wait for a lost peer's end to be heard of (not once every
+  // worker has exited).
+  void report_failure(bool can_wait);
   bool any_group_alive();
   void forget_ended_groups();
 
@@ -133,6 +138,8 @@ class LocalAgent {
   std::set<pid_t> adopted_;      // adopted descendants already sent SIGTERM
   std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
   std::vector<std::pair<int, double>> exit0_requests_;  // under control_mu_: (rank, when)
+  std::vector<std::pair<int, int>> lost_requests_;      // under control_mu_: (rank, peer)
+  std::map<int, int> lost_;         // ranks that failed on a peer's closed connection -> peer
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
   double first_failure_at_ = 0;

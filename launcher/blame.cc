@@ -33,4 +33,21 @@ bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set
   return missing <= 1;
 }
 
+LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
+                                  const std::set<int>& quit) {
+  LostPeerVerdict v;
+  for (int rank : failed) {
+    auto it = lost.find(rank);
+    if (it == lost.end()) continue;
+    int peer = it->second;
+    if (failed.count(peer)) continue;  // its own failure is weighed with the others
+    if (quit.count(peer)) {
+      if (!v.culprit) v.culprit = peer;
+    } else {
+      v.pending = true;
+    }
+  }
+  return v;
+}
+
 }  // namespace hvdrun

@@ -5,6 +5,8 @@
 // VM) or hung.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,5 +28,17 @@ int silent_rank(const std::vector<SilenceReport>& reports, const std::set<int>& 
 
 // Whether every rank but at most one has reported or ended: no more reports can come.
 bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set<int>& ended, int size);
+
+// Whose closed connections made ranks fail (pure). A rank that failed on a closed
+// connection says which peer it lost (`lost`: rank -> peer). A lost peer that did not fail
+// itself but exited 0 or left the job (`quit`) is the cause: the first such peer, named by
+// the lowest failed rank. A lost peer not yet heard of at all (neither failed nor quit: its
+// host's report is still on its way) makes the verdict `pending`.
+struct LostPeerVerdict {
+  std::optional<int> culprit;
+  bool pending = false;
+};
+LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
+                                  const std::set<int>& quit);
 
 }  // namespace hvdrun

@@ -11,8 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
-#include <thread>
 
 #include "common/deadline.h"
 #include "common/net.h"
@@ -20,10 +18,6 @@
 #include "rendezvous/auth.h"
 
 namespace hvdrun::rdv {
-namespace {
-
-
-}  // namespace
 
 Result<Client> Client::connect(const std::string& addr, int port, const std::string& secret,
                                Clock::time_point deadline) {
@@ -39,27 +33,11 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
   std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
 
-  std::string seed = random_bytes(sizeof(uint32_t));
-  std::mt19937 rng(*reinterpret_cast<const uint32_t*>(seed.data()));
-  double backoff = 0.01;
-  while (true) {
-    auto fd = connect_tcp(reinterpret_cast<const sockaddr*>(&sa), salen, deadline);
-    if (fd) {
-      int one = 1;
-      setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      c.fd_ = std::move(*fd);
-      break;
-    }
-    int err = fd.error().code;
-    bool transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
-                     err == EAGAIN || err == ECONNRESET;
-    if (!transient || Clock::now() >= deadline)
-      return make_error("rendezvous " + c.endpoint_ + ": connect: " + fd.error().message);
-    double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng),
-                            std::chrono::duration<double>(deadline - Clock::now()).count());
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));
-    backoff = std::min(backoff * 2, 1.0);
-  }
+  auto fd = connect_tcp_retrying(reinterpret_cast<const sockaddr*>(&sa), salen, deadline, Refused::kRetry);
+  if (!fd) return make_error("rendezvous " + c.endpoint_ + ": connect: " + fd.error().message);
+  int one = 1;
+  setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c.fd_ = std::move(*fd);
 
   // Mutual authentication.
   std::string client_nonce = random_bytes(kNonceBytes);
@@ -140,8 +118,8 @@ Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
   return decode_peer(f->payload);
 }
 
-Status Client::set(const std::string& key, const std::string& value) {
-  auto f = call(MsgType::kSet, encode_key_value(key, value), deadline_in(60));
+Status Client::set(const std::string& key, const std::string& value, double timeout_s) {
+  auto f = call(MsgType::kSet, encode_key_value(key, value), deadline_in(timeout_s));
   if (!f) return f.error();
   return {};
 }

@@ -29,7 +29,9 @@ class Client {
   Result<Registered> register_rank(const RegisterRequest& req, Clock::time_point deadline);
   Result<PeerInfo> get_peer(int rank, Clock::time_point deadline);
 
-  Status set(const std::string& key, const std::string& value);
+  // `timeout_s`: how long the server may take to answer (a report on the way out of a
+  // failed collective waits less than the store's users do).
+  Status set(const std::string& key, const std::string& value, double timeout_s = 60);
   Result<std::string> get(const std::string& key);  // error code kNotFoundCode when absent
   Status wait(const std::vector<std::string>& keys, double timeout_s);
   Result<int64_t> add(const std::string& key, int64_t delta);

@@ -70,6 +70,10 @@ constexpr const char* kFinalizedKeyPrefix = "hvdrun/finalized/";
 // to the rank it waited on ("hvdrun/silent/3" = "2"), then reports the time-out (kFatal):
 // hvdrun weighs such reports to name the rank that stalled the job.
 constexpr const char* kSilentKeyPrefix = "hvdrun/silent/";
+// A rank whose collective failed on a peer's closed connection sets this key + its rank to
+// that peer ("hvdrun/lost/0" = "4") before it returns the error: hvdrun blames a lost peer
+// that exited 0 or left, whichever host's report reaches it first.
+constexpr const char* kLostKeyPrefix = "hvdrun/lost/";
 
 struct Frame {
   uint8_t version = kProtocolVersion;

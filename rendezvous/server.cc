@@ -372,6 +372,10 @@ class Session : public std::enable_shared_from_this<Session> {
           if (auto peer = parse_int(kv->second, "silent peer", 0, static_cast<long long>(s.peers.size()) - 1))
             s.cbs.on_silent(rank_, static_cast<int>(*peer));
         }
+        if (rank_ >= 0 && kv->first == kLostKeyPrefix + std::to_string(rank_) && s.cbs.on_lost) {
+          if (auto peer = parse_int(kv->second, "lost peer", 0, static_cast<long long>(s.peers.size()) - 1))
+            s.cbs.on_lost(rank_, static_cast<int>(*peer));
+        }
         if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
         send(MsgType::kOk, "");
         s.notify_key(kv->first);

@@ -50,7 +50,9 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   if (getaddrinfo(to.addr.c_str(), std::to_string(to.port).c_str(), &hints, &res) != 0)
     return make_error(ctx("bad address"));
-  auto connected = connect_tcp(res->ai_addr, res->ai_addrlen, o.deadline);
+  // The peer listens already (its port came from the rendezvous), so a refusal is final;
+  // no route or network is not: a link that flapped a moment ago comes back.
+  auto connected = connect_tcp_retrying(res->ai_addr, res->ai_addrlen, o.deadline, Refused::kFinal);
   freeaddrinfo(res);
   if (!connected) return make_error(ctx(connected.error().message));
   UniqueFd fd = std::move(*connected);
@@ -161,12 +163,20 @@ std::string closed_message(Pair& p) {
   return "connection to " + p.peer().describe() + " closed (the peer exited or failed)";
 }
 
+// A closed connection names the peer lost (kPeerLost, peer_rank): the rank reports it, and
+// hvdrun blames that peer when it exited 0 or left without failing itself.
+Error closed_error(Pair& p) {
+  Error e = make_error(ErrorKind::kPeerLost, closed_message(p));
+  e.peer_rank = p.peer().rank;
+  return e;
+}
+
 // The TCP connection beside a shared-memory ring carries nothing after the handshake: EOF
 // or an error on it means the peer's process is gone.
 Status check_alive(Pair& p) {
   char c;
   ssize_t n = ::recv(p.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return make_error(closed_message(p));
+  if (n == 0) return closed_error(p);
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return make_error("connection to " + p.peer().describe() + " lost: " + std::strerror(errno));
   return {};
@@ -221,7 +231,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
             n = static_cast<ssize_t>(unit);
           }
         }
-        if (n == 0 && !progressed && in_shm->peer_closed()) return make_error(closed_message(*in));
+        if (n == 0 && !progressed && in_shm->peer_closed()) return closed_error(*in);
         if (n > 0) {
           received += static_cast<size_t>(n);
           progressed = true;
@@ -229,10 +239,10 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         n = 0;  // delivered already
       } else if (in_shm) {
         n = static_cast<ssize_t>(in_shm->read(dst, want));
-        if (n == 0 && in_shm->peer_closed()) return make_error(closed_message(*in));
+        if (n == 0 && in_shm->peer_closed()) return closed_error(*in);
       } else {
         n = ::recv(in->fd(), dst, want, MSG_DONTWAIT);
-        if (n == 0) return make_error(closed_message(*in));
+        if (n == 0) return closed_error(*in);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
           return make_error("connection to " + in->peer().describe() + " lost: " + std::strerror(errno));
       }
@@ -250,7 +260,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       const char* src = s.send_follows_recv ? s.recv : s.send;
       if (out_shm) {
         size_t n = out_shm->write(src + sent, can_send - sent);
-        if (n == 0 && out_shm->peer_closed()) return make_error(closed_message(*out));
+        if (n == 0 && out_shm->peer_closed()) return closed_error(*out);
         sent += n;
         progressed |= n > 0;
       } else {

@@ -28,3 +28,34 @@ TEST(Blame, AccountedOnceAllButOneRankHaveSpoken) {
   EXPECT_TRUE(silence_accounted({{1, 0, ""}, {0, 3, ""}}, {3}, 4));
   EXPECT_TRUE(silence_accounted({{1, 0, ""}}, {}, 2));
 }
+
+TEST(Blame, APeerThatExitedZeroUnderAFailedRankIsTheCause) {
+  // Rank 4 exited 0 mid-collective; rank 0 failed on its closed connection, rank 1 on 0's.
+  auto v = lost_peer_culprit({{0, 4}, {1, 0}}, {0, 1}, {4});
+  ASSERT_TRUE(v.culprit.has_value());
+  EXPECT_EQ(*v.culprit, 4);
+  EXPECT_FALSE(v.pending);
+}
+
+TEST(Blame, ALostPeerNotYetHeardOfKeepsTheVerdictPending) {
+  auto v = lost_peer_culprit({{0, 4}}, {0}, {});
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_TRUE(v.pending);
+}
+
+TEST(Blame, ALostPeerThatFailedItselfIsNoCulpritHere) {
+  // Rank 4 exited 3 (or was killed): the usual rules weigh its failure with rank 0's.
+  auto v = lost_peer_culprit({{0, 4}}, {0, 4}, {4});
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_FALSE(v.pending);
+  // Failed ranks that lost no peer (a timed-out or crashed rank) name nobody.
+  v = lost_peer_culprit({}, {0, 2}, {1});
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_FALSE(v.pending);
+}
+
+TEST(Blame, TheLowestFailedRanksLostPeerIsNamedFirst) {
+  auto v = lost_peer_culprit({{2, 5}, {0, 3}}, {0, 2}, {3, 5});
+  ASSERT_TRUE(v.culprit.has_value());
+  EXPECT_EQ(*v.culprit, 3);
+}

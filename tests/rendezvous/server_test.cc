@@ -306,14 +306,17 @@ TEST(RendezvousServer, DroppedConnectionIsAnErrorNotAHang) {
 }
 
 TEST(RendezvousServer, ConnectRetriesUntilTheServerAppears) {
-  // Nothing listens yet: the client backs off and retries until its deadline.
-  int port;
-  {
-    Fixture probe(1);
-    port = probe.server->port();
-  }
+  // Nothing listens yet: the client backs off and retries until its deadline. The port is
+  // held bound (not listening) so that no other test's server can take it meanwhile.
+  UniqueFd held(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(held.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  socklen_t salen = sizeof sa;
+  ASSERT_EQ(getsockname(held.get(), reinterpret_cast<sockaddr*>(&sa), &salen), 0);
   auto start = Clock::now();
-  auto c = Client::connect("127.0.0.1", port, new_secret(), in(0.3));
+  auto c = Client::connect("127.0.0.1", ntohs(sa.sin_port), new_secret(), in(0.3));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("connect"), std::string::npos);
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250));

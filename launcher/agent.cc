@@ -344,13 +344,14 @@ void LocalAgent::report_failure(bool can_wait) {
   // 0 or left without failing is the cause, whatever order the hosts' reports came in.
   std::optional<int> lost_culprit;
   if (!opts_.on_failure && !WIFSIGNALED(f.status)) {
-    std::set<int> failed, quit;
+    std::set<int> failed, left, exited_0;
     for (const auto& x : failures_) failed.insert(x.rank);
-    for (const auto& [rank, when] : exited_0_) quit.insert(rank);
-    for (const auto& [rank, when] : left_) quit.insert(rank);
-    LostPeerVerdict v = lost_peer_culprit(lost_, failed, quit);
+    for (const auto& [rank, when] : left_) left.insert(rank);
+    for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
     double wait_until = first_failure_at_ + kLostPeerWait;
-    if (!v.culprit && v.pending && can_wait && now_s() < wait_until) {
+    bool final = !can_wait || now_s() >= wait_until;
+    LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
+    if (v.pending && !final) {
       report_at_ = std::min(now_s() + 0.05, wait_until);
       return;
     }

@@ -34,19 +34,18 @@ bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set
 }
 
 LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
-                                  const std::set<int>& quit) {
+                                  const std::set<int>& left, const std::set<int>& exited_0, bool final) {
   LostPeerVerdict v;
   for (int rank : failed) {
     auto it = lost.find(rank);
     if (it == lost.end()) continue;
     int peer = it->second;
     if (failed.count(peer)) continue;  // its own failure is weighed with the others
-    if (quit.count(peer)) {
-      if (!v.culprit) v.culprit = peer;
-    } else {
-      v.pending = true;
-    }
+    bool known = left.count(peer) && (final || exited_0.count(peer));
+    if (known && !v.culprit) v.culprit = peer;
+    if (!known) v.pending = true;
   }
+  if (v.culprit) v.pending = false;
   return v;
 }
 

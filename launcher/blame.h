@@ -31,14 +31,15 @@ bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set
 
 // Whose closed connections made ranks fail (pure). A rank that failed on a closed
 // connection says which peer it lost (`lost`: rank -> peer). A lost peer that did not fail
-// itself but exited 0 or left the job (`quit`) is the cause: the first such peer, named by
-// the lowest failed rank. A lost peer not yet heard of at all (neither failed nor quit: its
-// host's report is still on its way) makes the verdict `pending`.
+// but left the job (its rendezvous connection ended without hvd_shutdown: `left`) is the
+// cause: the first such peer, named by the lowest failed rank. Its host's report of how it
+// ended (`exited_0`, or a failure) may still be on its way: until both are in, the verdict
+// is `pending`, unless `final` (no more waiting): then having left is enough.
 struct LostPeerVerdict {
   std::optional<int> culprit;
   bool pending = false;
 };
 LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
-                                  const std::set<int>& quit);
+                                  const std::set<int>& left, const std::set<int>& exited_0, bool final);
 
 }  // namespace hvdrun

@@ -31,31 +31,47 @@ TEST(Blame, AccountedOnceAllButOneRankHaveSpoken) {
 
 TEST(Blame, APeerThatExitedZeroUnderAFailedRankIsTheCause) {
   // Rank 4 exited 0 mid-collective; rank 0 failed on its closed connection, rank 1 on 0's.
-  auto v = lost_peer_culprit({{0, 4}, {1, 0}}, {0, 1}, {4});
+  auto v = lost_peer_culprit({{0, 4}, {1, 0}}, {0, 1}, {4}, {4}, false);
   ASSERT_TRUE(v.culprit.has_value());
   EXPECT_EQ(*v.culprit, 4);
   EXPECT_FALSE(v.pending);
 }
 
 TEST(Blame, ALostPeerNotYetHeardOfKeepsTheVerdictPending) {
-  auto v = lost_peer_culprit({{0, 4}}, {0}, {});
+  auto v = lost_peer_culprit({{0, 4}}, {0}, {}, {}, false);
   EXPECT_FALSE(v.culprit.has_value());
   EXPECT_TRUE(v.pending);
+  // It left (its rendezvous connection ended) but its host has not said how it ended.
+  v = lost_peer_culprit({{0, 4}}, {0}, {4}, {}, false);
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_TRUE(v.pending);
+  // Its exit 0 is in but not whether it said hvd_shutdown first.
+  v = lost_peer_culprit({{0, 4}}, {0}, {}, {4}, false);
+  EXPECT_TRUE(v.pending);
+}
+
+TEST(Blame, OnceNoMoreCanComeHavingLeftIsEnough) {
+  auto v = lost_peer_culprit({{0, 4}}, {0}, {4}, {}, true);
+  ASSERT_TRUE(v.culprit.has_value());
+  EXPECT_EQ(*v.culprit, 4);
+  // A peer that exited 0 after hvd_shutdown never left: nobody is named by this rule.
+  v = lost_peer_culprit({{0, 4}}, {0}, {}, {4}, true);
+  EXPECT_FALSE(v.culprit.has_value());
 }
 
 TEST(Blame, ALostPeerThatFailedItselfIsNoCulpritHere) {
   // Rank 4 exited 3 (or was killed): the usual rules weigh its failure with rank 0's.
-  auto v = lost_peer_culprit({{0, 4}}, {0, 4}, {4});
+  auto v = lost_peer_culprit({{0, 4}}, {0, 4}, {4}, {}, false);
   EXPECT_FALSE(v.culprit.has_value());
   EXPECT_FALSE(v.pending);
   // Failed ranks that lost no peer (a timed-out or crashed rank) name nobody.
-  v = lost_peer_culprit({}, {0, 2}, {1});
+  v = lost_peer_culprit({}, {0, 2}, {1}, {1}, false);
   EXPECT_FALSE(v.culprit.has_value());
   EXPECT_FALSE(v.pending);
 }
 
 TEST(Blame, TheLowestFailedRanksLostPeerIsNamedFirst) {
-  auto v = lost_peer_culprit({{2, 5}, {0, 3}}, {0, 2}, {3, 5});
+  auto v = lost_peer_culprit({{2, 5}, {0, 3}}, {0, 2}, {3, 5}, {3, 5}, false);
   ASSERT_TRUE(v.culprit.has_value());
   EXPECT_EQ(*v.culprit, 3);
 }

@@ -171,6 +171,18 @@ Error closed_error(Pair& p) {
   return e;
 }
 
+// An error on a connection: a reset or broken pipe means the peer's process closed it (a
+// process that exits with unread data sends a reset, not an end of stream), and names the
+// peer as closed_error does; another errno (no route, a time-out) says nothing of it.
+Error lost_error(Pair& p, int err) {
+  Error e = make_error("connection to " + p.peer().describe() + " lost: " + std::strerror(err));
+  if (err == ECONNRESET || err == EPIPE) {
+    e.kind = ErrorKind::kPeerLost;
+    e.peer_rank = p.peer().rank;
+  }
+  return e;
+}
+
 // The TCP connection beside a shared-memory ring carries nothing after the handshake: EOF
 // or an error on it means the peer's process is gone.
 Status check_alive(Pair& p) {
@@ -178,7 +190,7 @@ Status check_alive(Pair& p) {
   ssize_t n = ::recv(p.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return closed_error(p);
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-    return make_error("connection to " + p.peer().describe() + " lost: " + std::strerror(errno));
+    return lost_error(p, errno);
   return {};
 }
 
@@ -244,7 +256,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         n = ::recv(in->fd(), dst, want, MSG_DONTWAIT);
         if (n == 0) return closed_error(*in);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-          return make_error("connection to " + in->peer().describe() + " lost: " + std::strerror(errno));
+          return lost_error(*in, errno);
       }
       if (n > 0) {
         received += static_cast<size_t>(n);
@@ -269,7 +281,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
           sent += static_cast<size_t>(n);
           progressed = true;
         } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          return make_error("connection to " + out->peer().describe() + " lost: " + std::strerror(errno));
+          return lost_error(*out, errno);
         }
       }
     }

@@ -21,7 +21,11 @@ Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::ste
   if (::connect(fd.get(), sa, len) != 0) {
     if (errno != EINPROGRESS) return make_error(std::strerror(errno), errno);
     pollfd p{fd.get(), POLLOUT, 0};
-    if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("connection timed out", ETIMEDOUT);
+    int ready;
+    while ((ready = poll(&p, 1, ms_until(deadline))) < 0 && errno == EINTR) {
+    }
+    if (ready == 0) return make_error("connection timed out", ETIMEDOUT);
+    if (ready < 0) return make_error(std::string("poll: ") + std::strerror(errno), errno);
     int err = 0;
     socklen_t elen = sizeof err;
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
@@ -41,7 +45,6 @@ bool transient_connect_error(int err, Refused refused) {
     case EAGAIN:
     case EADDRNOTAVAIL:
     case ECONNRESET:
-    case EINTR:
       return true;
     case ECONNREFUSED:
       return refused == Refused::kRetry;
@@ -56,10 +59,14 @@ Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::ch
                                       Refused refused) {
   using Clock = std::chrono::steady_clock;
   std::minstd_rand rng(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
+  // No route or network for this long is no flap: a wrong interface or address fails
+  // then, not at the (maybe minute-long) deadline.
+  const auto unreachable_until = Clock::now() + kUnreachableRetry;
   double backoff = 0.01;
   while (true) {
     auto fd = connect_tcp(sa, len, deadline);
     if (fd || !transient_connect_error(fd.error().code, refused) || Clock::now() >= deadline) return fd;
+    if (fd.error().code != ECONNREFUSED && Clock::now() >= unreachable_until) return fd;
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng), left);
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));

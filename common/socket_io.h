@@ -30,8 +30,10 @@ Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::ste
 enum class Refused { kRetry, kFinal };
 
 // connect_tcp, tried again with jittered back-off (10 ms doubling to 1 s) until `deadline`
-// while the error is transient: no route or network (a link flapping), a reset, a
-// time-out of one try, and a refusal when `refused` says so. The error is the last try's.
+// while the error is transient: no route or network (a link flapping; for at most
+// kUnreachableRetry), a reset, a time-out of one try, and a refusal when `refused` says
+// so. The error is the last try's.
+constexpr std::chrono::seconds kUnreachableRetry{10};
 Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline,
                                       Refused refused);
 

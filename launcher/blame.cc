@@ -39,7 +39,12 @@ LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set
   for (int rank : failed) {
     auto it = lost.find(rank);
     if (it == lost.end()) continue;
+    // A peer that itself failed on a closed connection (and then exited 0, say, catching
+    // the error) is not where the failure began: follow the chain to a peer that lost none.
     int peer = it->second;
+    std::set<int> seen{rank};
+    for (auto next = lost.find(peer); next != lost.end() && seen.insert(peer).second; next = lost.find(peer))
+      peer = next->second;
     if (failed.count(peer)) continue;  // its own failure is weighed with the others
     bool known = left.count(peer) && (final || exited_0.count(peer));
     if (known && !v.culprit) v.culprit = peer;

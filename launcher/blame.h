@@ -30,7 +30,8 @@ int silent_rank(const std::vector<SilenceReport>& reports, const std::set<int>& 
 bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set<int>& ended, int size);
 
 // Whose closed connections made ranks fail (pure). A rank that failed on a closed
-// connection says which peer it lost (`lost`: rank -> peer). A lost peer that did not fail
+// connection says which peer it lost (`lost`: rank -> peer), followed to the peer that lost
+// none (where the closed connections began). A lost peer that did not fail
 // but left the job (its rendezvous connection ended without hvd_shutdown: `left`) is the
 // cause: the first such peer, named by the lowest failed rank. Its host's report of how it
 // ended (`exited_0`, or a failure) may still be on its way: until both are in, the verdict

@@ -75,3 +75,24 @@ TEST(Blame, TheLowestFailedRanksLostPeerIsNamedFirst) {
   ASSERT_TRUE(v.culprit.has_value());
   EXPECT_EQ(*v.culprit, 3);
 }
+
+TEST(Blame, TheChainOfLostPeersIsFollowedToWhereItBegan) {
+  // Rank 5 crashed (its report not in yet); rank 3 failed on it, caught the error and
+  // exited 0 without hvd_shutdown; rank 1 failed on rank 3's closed connection. Rank 3 is
+  // not the cause: the verdict waits for rank 5's end.
+  auto v = lost_peer_culprit({{1, 3}, {3, 5}}, {1}, {3}, {3}, false);
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_TRUE(v.pending);
+  // Rank 5's failure arrives: the usual rules weigh it; nobody is named by this one.
+  v = lost_peer_culprit({{1, 3}, {3, 5}}, {1, 5}, {3, 5}, {3}, false);
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_FALSE(v.pending);
+  // Rank 5 had exited 0 without hvd_shutdown: it is the one.
+  v = lost_peer_culprit({{1, 3}, {3, 5}}, {1}, {3, 5}, {3, 5}, false);
+  ASSERT_TRUE(v.culprit.has_value());
+  EXPECT_EQ(*v.culprit, 5);
+  // Ranks that name each other (both failed on the other's closed connection) end the walk.
+  v = lost_peer_culprit({{1, 2}, {2, 1}}, {1}, {2}, {2}, false);
+  EXPECT_FALSE(v.culprit.has_value());
+  EXPECT_FALSE(v.pending);
+}

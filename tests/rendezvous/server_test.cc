@@ -33,7 +33,7 @@ struct Fixture {
   std::string secret = new_secret();
   std::unique_ptr<Server> server;
   std::mutex mu;
-  std::vector<std::string> fatal, timeouts;
+  std::vector<std::string> fatal, timeouts, lost;
 
   explicit Fixture(int size, double start_timeout = 0, double handshake_timeout = 10) {
     ServerOptions o;
@@ -45,6 +45,10 @@ struct Fixture {
     cb.on_fatal = [this](int rank, const std::string& m) {
       std::lock_guard<std::mutex> lk(mu);
       fatal.push_back(std::to_string(rank) + ": " + m);
+    };
+    cb.on_lost = [this](int rank, int peer) {
+      std::lock_guard<std::mutex> lk(mu);
+      lost.push_back(std::to_string(rank) + "->" + std::to_string(peer));
     };
     cb.on_start_timeout = [this](const std::string& m) {
       std::lock_guard<std::mutex> lk(mu);
@@ -320,6 +324,26 @@ TEST(RendezvousServer, ConnectRetriesUntilTheServerAppears) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("connect"), std::string::npos);
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(250));
+}
+
+// A rank that failed on a peer's closed connection names it under hvdrun/lost/<its rank>:
+// hvdrun hears of it; another rank's key, a value that names no rank, or an unregistered
+// connection is stored and not acted on.
+TEST(RendezvousServer, ALostPeerReportReachesHvdrunOnlyForTheRanksOwnKey) {
+  Fixture f(2);
+  Client a = f.connect(), b = f.connect();
+  auto reg_a = std::async(std::launch::async, [&] { return a.register_rank({0, 2, "h", "127.0.0.1", 1}, in(10)); });
+  ASSERT_TRUE(b.register_rank({1, 2, "h", "127.0.0.1", 2}, in(10)).ok());
+  ASSERT_TRUE(reg_a.get().ok());
+  ASSERT_TRUE(a.set(std::string(kLostKeyPrefix) + "0", "1", 5).ok());
+  ASSERT_TRUE(a.set(std::string(kLostKeyPrefix) + "1", "0").ok());   // not its own key
+  ASSERT_TRUE(b.set(std::string(kLostKeyPrefix) + "1", "abc").ok());  // names no rank
+  ASSERT_TRUE(b.set(std::string(kLostKeyPrefix) + "1", "7").ok());    // no such rank
+  Client stranger = f.connect();                                      // never registered
+  ASSERT_TRUE(stranger.set(std::string(kLostKeyPrefix) + "0", "1").ok());
+  ASSERT_TRUE(b.set(std::string(kLostKeyPrefix) + "1", "0").ok());
+  std::lock_guard<std::mutex> lk(f.mu);
+  EXPECT_EQ(f.lost, (std::vector<std::string>{"0->1", "1->0"}));
 }
 
 TEST(RendezvousServer, StressManyThreadsAddAndBarrier) {

@@ -183,14 +183,6 @@ void LocalAgent::rank_lost_peer(int rank, int peer) {
   wake();
 }
 
-void LocalAgent::rank_finalized(int rank) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    finalized_requests_.push_back(rank);
-  }
-  wake();
-}
-
 void LocalAgent::report_silence(int rank, int peer, std::string message) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
@@ -358,7 +350,7 @@ void LocalAgent::report_failure(bool can_wait) {
     for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
     double wait_until = first_failure_at_ + kLostPeerWait;
     bool final = !can_wait || now_s() >= wait_until;
-    LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final, finalized_);
+    LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
     if (v.pending && !final) {
       report_at_ = std::min(now_s() + 0.05, wait_until);
       return;
@@ -477,10 +469,8 @@ void LocalAgent::take_requests() {
   std::vector<SilenceReport> silences;
   std::vector<std::pair<int, double>> exit0;
   std::vector<std::pair<int, int>> lost;
-  std::vector<int> finalized;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    finalized.swap(finalized_requests_);
     exit0.swap(exit0_requests_);
     lost.swap(lost_requests_);
     silences.swap(silence_requests_);
@@ -493,7 +483,6 @@ void LocalAgent::take_requests() {
   for (auto& [rank, when] : left) left_.emplace(rank, when);
   for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
   for (auto& [rank, peer] : lost) lost_.emplace(rank, peer);
-  finalized_.insert(finalized.begin(), finalized.end());
   for (auto& s : silences) {
     if (tearing_down_) break;
     silences_.push_back(std::move(s));

@@ -92,8 +92,6 @@ class LocalAgent {
   // Thread-safe: `rank` failed on its closed connection to `peer` (it said so through the
   // rendezvous before it exited). A peer that exited 0 or left is then the one blamed.
   void rank_lost_peer(int rank, int peer);
-  // Thread-safe: `rank` called hvd_shutdown (a peer it closed on is no culprit).
-  void rank_finalized(int rank);
   // Thread-safe: `rank` made no progress with `peer` within HVDRUN_TIMEOUT (`message`, its
   // report). Reports are gathered for a moment, then the rank that stalled the job is named
   // (launcher/blame.h) and the job torn down.
@@ -142,8 +140,6 @@ class LocalAgent {
   std::vector<std::pair<int, double>> exit0_requests_;  // under control_mu_: (rank, when)
   std::vector<std::pair<int, int>> lost_requests_;      // under control_mu_: (rank, peer)
   std::map<int, int> lost_;         // ranks that failed on a peer's closed connection -> peer
-  std::vector<int> finalized_requests_;  // under control_mu_
-  std::set<int> finalized_;         // ranks that called hvd_shutdown
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
   double first_failure_at_ = 0;

@@ -34,8 +34,7 @@ bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set
 }
 
 LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
-                                  const std::set<int>& left, const std::set<int>& exited_0, bool final,
-                                  const std::set<int>& finalized) {
+                                  const std::set<int>& left, const std::set<int>& exited_0, bool final) {
   LostPeerVerdict v;
   for (int rank : failed) {
     auto it = lost.find(rank);
@@ -47,7 +46,6 @@ LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set
     for (auto next = lost.find(peer); next != lost.end() && seen.insert(peer).second; next = lost.find(peer))
       peer = next->second;
     if (failed.count(peer)) continue;  // its own failure is weighed with the others
-    if (finalized.count(peer) && !left.count(peer)) continue;  // it said it was done
     bool known = left.count(peer) && (final || exited_0.count(peer));
     if (known && !v.culprit) v.culprit = peer;
     if (!known) v.pending = true;

@@ -35,14 +35,12 @@ bool silence_accounted(const std::vector<SilenceReport>& reports, const std::set
 // but left the job (its rendezvous connection ended without hvd_shutdown: `left`) is the
 // cause: the first such peer, named by the lowest failed rank. Its host's report of how it
 // ended (`exited_0`, or a failure) may still be on its way: until both are in, the verdict
-// is `pending`, unless `final` (no more waiting): then having left is enough. A peer that
-// called hvd_shutdown (`finalized`) never left: it is settled, and named by nobody here.
+// is `pending`, unless `final` (no more waiting): then having left is enough.
 struct LostPeerVerdict {
   std::optional<int> culprit;
   bool pending = false;
 };
 LostPeerVerdict lost_peer_culprit(const std::map<int, int>& lost, const std::set<int>& failed,
-                                  const std::set<int>& left, const std::set<int>& exited_0, bool final,
-                                  const std::set<int>& finalized = {});
+                                  const std::set<int>& left, const std::set<int>& exited_0, bool final);
 
 }  // namespace hvdrun

@@ -337,7 +337,6 @@ int run_job(const LaunchOptions& opts, char** envp) {
   };
   cb.on_rank_left = [&agent](int rank) { agent.rank_left(rank); };
   cb.on_lost = [&agent](int rank, int peer) { agent.rank_lost_peer(rank, peer); };
-  cb.on_finalized = [&agent](int rank) { agent.rank_finalized(rank); };
   cb.on_start_timeout = [&agent](const std::string& message) {
     agent.request_teardown(message, exit_code::kStartTimeout);
   };

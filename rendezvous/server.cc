@@ -366,10 +366,7 @@ class Session : public std::enable_shared_from_this<Session> {
         auto kv = decode_key_value(f.payload);
         if (!kv) return fail(kv.error().message), false;
         if (kv->first.rfind("hvdrun/stall/", 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
-        if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) {
-          finalized_ = true;
-          if (s.cbs.on_finalized) s.cbs.on_finalized(rank_);
-        }
+        if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) finalized_ = true;
         if (rank_ >= 0 && kv->first == kSilentKeyPrefix + std::to_string(rank_) && s.cbs.on_silent) {
           // A value that names no rank is stored but not acted on.
           if (auto peer = parse_int(kv->second, "silent peer", 0, static_cast<long long>(s.peers.size()) - 1))

@@ -51,8 +51,6 @@ struct ServerCallbacks {
   std::function<void(int rank)> on_rank_left;
   // A rank set kSilentKeyPrefix + its rank: it made no progress with rank `peer`.
   std::function<void(int rank, int peer)> on_silent;
-  // A rank set kFinalizedKeyPrefix + its rank (hvd_shutdown): it is done.
-  std::function<void(int rank)> on_finalized;
   // A rank set kLostKeyPrefix + its rank: it failed on rank `peer`'s closed connection.
   std::function<void(int rank, int peer)> on_lost;
 };

@@ -96,14 +96,3 @@ TEST(Blame, TheChainOfLostPeersIsFollowedToWhereItBegan) {
   EXPECT_FALSE(v.culprit.has_value());
   EXPECT_FALSE(v.pending);
 }
-
-TEST(Blame, ALostPeerThatCalledHvdShutdownIsSettledAtOnce) {
-  // Rank 4 called hvd_shutdown and exited 0 while rank 0 still waited on it: it never left,
-  // and there is nothing to wait for (the engine's own report says what happened).
-  auto v = lost_peer_culprit({{0, 4}}, {0}, {}, {4}, false, {4});
-  EXPECT_FALSE(v.culprit.has_value());
-  EXPECT_FALSE(v.pending);
-  // Finalized before its exit is heard of: settled too.
-  v = lost_peer_culprit({{0, 4}}, {0}, {}, {}, false, {4});
-  EXPECT_FALSE(v.pending);
-}

@@ -34,7 +34,6 @@ struct Fixture {
   std::unique_ptr<Server> server;
   std::mutex mu;
   std::vector<std::string> fatal, timeouts, lost;
-  std::vector<int> finalized;
 
   explicit Fixture(int size, double start_timeout = 0, double handshake_timeout = 10) {
     ServerOptions o;
@@ -50,10 +49,6 @@ struct Fixture {
     cb.on_lost = [this](int rank, int peer) {
       std::lock_guard<std::mutex> lk(mu);
       lost.push_back(std::to_string(rank) + "->" + std::to_string(peer));
-    };
-    cb.on_finalized = [this](int rank) {
-      std::lock_guard<std::mutex> lk(mu);
-      finalized.push_back(rank);
     };
     cb.on_start_timeout = [this](const std::string& m) {
       std::lock_guard<std::mutex> lk(mu);
@@ -334,7 +329,7 @@ TEST(RendezvousServer, ConnectRetriesUntilTheServerAppears) {
 // A rank that failed on a peer's closed connection names it under hvdrun/lost/<its rank>:
 // hvdrun hears of it; another rank's key, a value that names no rank, or an unregistered
 // connection is stored and not acted on.
-TEST(RendezvousServer, LostPeerAndFinalizedReportsReachHvdrunOnlyForTheRanksOwnKeys) {
+TEST(RendezvousServer, ALostPeerReportReachesHvdrunOnlyForTheRanksOwnKey) {
   Fixture f(2);
   Client a = f.connect(), b = f.connect();
   auto reg_a = std::async(std::launch::async, [&] { return a.register_rank({0, 2, "h", "127.0.0.1", 1}, in(10)); });
@@ -347,12 +342,8 @@ TEST(RendezvousServer, LostPeerAndFinalizedReportsReachHvdrunOnlyForTheRanksOwnK
   Client stranger = f.connect();                                      // never registered
   ASSERT_TRUE(stranger.set(std::string(kLostKeyPrefix) + "0", "1").ok());
   ASSERT_TRUE(b.set(std::string(kLostKeyPrefix) + "1", "0").ok());
-  // hvd_shutdown's key: heard for the rank's own key only.
-  ASSERT_TRUE(a.set(std::string(kFinalizedKeyPrefix) + "1", "1").ok());
-  ASSERT_TRUE(b.set(std::string(kFinalizedKeyPrefix) + "1", "1").ok());
   std::lock_guard<std::mutex> lk(f.mu);
   EXPECT_EQ(f.lost, (std::vector<std::string>{"0->1", "1->0"}));
-  EXPECT_EQ(f.finalized, std::vector<int>{1});
 }
 
 TEST(RendezvousServer, StressManyThreadsAddAndBarrier) {

@@ -369,9 +369,11 @@ void LocalAgent::report_failure(bool can_wait) {
     bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
     if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
   }
-  if (lost_culprit) left_first.emplace(*lost_culprit, 0.0);
-  if (left_first && !opts_.on_failure && !WIFSIGNALED(f.status)) {
-    int rank = left_first->first;
+  // The lost-peer verdict (causal) before the order of arrival (left before the failure).
+  std::optional<int> early = lost_culprit;
+  if (!early && left_first) early = left_first->first;
+  if (early && !opts_.on_failure && !WIFSIGNALED(f.status)) {
+    int rank = *early;
     std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
     msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";
     msg += " while the other ranks still waited on it, without hvd_shutdown; then rank " + std::to_string(f.rank) +

@@ -79,58 +79,64 @@ class LaterRemote : public RemoteControl {
   std::atomic<bool> done{false};
 };
 
+// hvdrun's agent for ranks 0, 1, 2 on hosts a, b, c, all remote: one relay, ended by the test.
+struct ThreeRemoteRanks {
+  RecordingSink sink;
+  LocalAgent agent{AgentOptions{}, sink, nullptr};
+  LaterRemote remote;
+  std::vector<std::string> hosts{"a", "b", "c"};
+  ThreeRemoteRanks() {
+    agent.set_rank_hosts(&hosts);
+    agent.set_remotes({&remote});
+  }
+  // The relay ends: the agent's loop sees every host finished.
+  void relay_ends() {
+    remote.done = true;
+    agent.wake();
+  }
+};
+
 // Rank 2 (host c) exits 0 mid-collective; rank 0 (host a) fails on its closed connection
 // and says so (the lost-peer report), and host a's report of that failure reaches hvdrun
 // first; host c's (rank 2 left, exited 0) comes 300 ms later, past the 100 ms in which
 // failures are weighed together. Rank 2 is the one named, with exit 6 (chaos found rank 0
 // named, exit 3, when the hosts' reports came in this order).
 TEST(LocalAgent, ALostPeerThatExitedZeroIsBlamedWhicheverHostReportsFirst) {
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  LaterRemote remote;
-  std::vector<std::string> hosts{"a", "b", "c"};
-  agent.set_rank_hosts(&hosts);
-  agent.set_remotes({&remote});
+  ThreeRemoteRanks job;
   std::thread hosts_report([&] {
-    agent.rank_lost_peer(0, 2);
-    agent.remote_failure(0, "a", 3 << 8);
+    job.agent.rank_lost_peer(0, 2);
+    job.agent.remote_failure(0, "a", 3 << 8);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    agent.rank_left(2);
-    agent.remote_exited_0(2);
+    job.agent.rank_left(2);
+    job.agent.remote_exited_0(2);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    remote.done = true;
-    agent.wake();
+    job.relay_ends();
   });
-  AgentResult r = agent.run({});
+  AgentResult r = job.agent.run({});
   hosts_report.join();
   EXPECT_EQ(r.exit_code, 6);
-  ASSERT_EQ(sink.notices.size(), 1u);
-  EXPECT_EQ(sink.notices[0].rfind("hvdrun: rank 2 (host c) exited with code 0 while the other ranks still waited on it", 0),
+  const auto& notices = job.sink.notices;
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].rfind("hvdrun: rank 2 (host c) exited with code 0 while the other ranks still waited on it", 0),
             0u)
-      << sink.notices[0];
+      << notices[0];
 }
 
 // The lost peer's own end is never heard of (its host's relay ended first): once nothing
 // more can come, the failure that was seen is the job's.
 TEST(LocalAgent, ALostPeerNeverHeardOfLeavesTheFailureSeen) {
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  LaterRemote remote;
-  std::vector<std::string> hosts{"a", "b", "c"};
-  agent.set_rank_hosts(&hosts);
-  agent.set_remotes({&remote});
+  ThreeRemoteRanks job;
   std::thread hosts_report([&] {
-    agent.rank_lost_peer(0, 2);
-    agent.remote_failure(0, "a", 3 << 8);
+    job.agent.rank_lost_peer(0, 2);
+    job.agent.remote_failure(0, "a", 3 << 8);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    remote.done = true;
-    agent.wake();
+    job.relay_ends();
   });
-  AgentResult r = agent.run({});
+  AgentResult r = job.agent.run({});
   hosts_report.join();
   EXPECT_EQ(r.exit_code, 3);
-  ASSERT_EQ(sink.notices.size(), 1u);
-  EXPECT_EQ(sink.notices[0], "hvdrun: rank 0 (host a) exited with code 3");
+  ASSERT_EQ(job.sink.notices.size(), 1u);
+  EXPECT_EQ(job.sink.notices[0], "hvdrun: rank 0 (host a) exited with code 3");
 }
 
 // A sink whose last write fails while the agent drains it at the end (hvdrun's reader left

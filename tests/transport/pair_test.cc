@@ -87,38 +87,6 @@ TEST(Pair, ClosedPeerIsNamed) {
   EXPECT_EQ(s.error().peer_rank, 0);
 }
 
-// A peer that closes with data unread sends a reset, not an end of stream: it is named as
-// lost all the same.
-TEST(Pair, PeerResetIsNamedAsLost) {
-  std::string secret = auth::new_secret();
-  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
-  ASSERT_TRUE(l.ok());
-  PeerAddress me{1, "h1", "127.0.0.1", l->port};
-  auto accepted = std::async(std::launch::async,
-                             [&] { return accept_pair(l->fd.get(), {0, "node-a", "127.0.0.1", 0}, opts(secret, 1)); });
-  auto out = connect_pair(me, opts(secret, 0));
-  ASSERT_TRUE(out.ok());
-  auto in = accepted.get();
-  ASSERT_TRUE(in.ok());
-  std::string unread(4096, 'x');
-  TransferSpec send;
-  send.send = unread.data();
-  send.send_len = unread.size();
-  Pair unused;
-  ASSERT_TRUE(transfer(&*in, &unused, send, 10, 0).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // in out's receive queue
-  out->close();
-  char buf[16];
-  TransferSpec spec;
-  spec.recv = buf;
-  spec.recv_len = sizeof buf;
-  auto s = transfer(&unused, &*in, spec, 10, 0);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().message, "connection to rank 0 (host node-a) lost: Connection reset by peer");
-  EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
-  EXPECT_EQ(s.error().peer_rank, 0);
-}
-
 namespace {
 
 struct Linked {
@@ -153,6 +121,32 @@ std::set<std::string> dev_shm() {
 }
 
 }  // namespace
+
+// A peer that closes with data unread sends a reset, not an end of stream: it is named as
+// lost all the same.
+TEST(Pair, PeerResetIsNamedAsLost) {
+  Linked k = link("node-a", "h1", 0);  // two hosts: TCP
+  ASSERT_TRUE(k.out.ok());
+  ASSERT_TRUE(k.in.ok());
+  std::string unread(4096, 'x');
+  TransferSpec send;
+  send.send = unread.data();
+  send.send_len = unread.size();
+  Pair unused;
+  ASSERT_TRUE(transfer(&*k.in, &unused, send, 10, 0).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // in out's receive queue
+  k.out->close();
+  char buf[16];
+  TransferSpec spec;
+  spec.recv = buf;
+  spec.recv_len = sizeof buf;
+  auto s = transfer(&unused, &*k.in, spec, 10, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "connection to rank 0 (host node-a) lost: Connection reset by peer");
+  EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
+  EXPECT_EQ(s.error().peer_rank, 0);
+}
+
 
 TEST(ShmPair, SameHostGetsSharedMemoryOtherHostsAndRefusersStayOnTcp) {
   auto before = dev_shm();

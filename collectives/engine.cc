@@ -173,13 +173,14 @@ Spec get_spec(Reader& r) {
 constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
 
 
-// Small cached allreduces travel with the negotiation itself: a rank appends the data
-// (prescaled) of each pending cached host allreduce, in cache-id order, while what every
-// other rank receives stays within kEagerTensor bytes per tensor and kEagerTotal in all
-// ((n - 1) times the data: beyond that the ring allreduce moves fewer bytes). When every rank has sent a name's bit and
-// its data, every rank reduces the contributions in rank order and is done: one exchange
-// instead of negotiation plus transfer, and bitwise the same result everywhere.
-constexpr size_t kEagerTensor = 64 << 10, kEagerTotal = 256 << 10;
+// Small host allreduces travel with the negotiation itself: a rank appends the data
+// (prescaled) of each pending cached host allreduce, in cache-id order, and of each host
+// allreduce it announces in full, in announcement order, while what every other rank receives
+// stays within EngineOptions::eager_bytes per tensor and 4 times that in all ((n - 1) times
+// the data: beyond that the ring allreduce moves fewer bytes). When every rank has sent a
+// name's bit and its data (or its spec and data, in the same cycle), every rank reduces the
+// contributions in rank order and is done: one exchange instead of negotiation plus
+// transfer, and bitwise the same result everywhere.
 
 bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
 
@@ -598,6 +599,7 @@ std::string Engine::build_message() {
   CycleMessage m;
   std::vector<std::shared_ptr<Op>> fresh;
   bool leaving;
+  std::vector<Op*> full_ops;  // whose specs go in full, as m.specs
   {
     std::lock_guard<std::mutex> lk(mu_);
     fresh.swap(queue_);
@@ -606,6 +608,7 @@ std::string Engine::build_message() {
       if (op->state == Op::kReannounce) {
         op->state = Op::kFull;
         m.specs.push_back(op->req.spec);
+        full_ops.push_back(op.get());
       }
   }
   for (auto& op : fresh) {
@@ -623,6 +626,7 @@ std::string Engine::build_message() {
       if (it != cache_.end()) invalidate_.push_back(s.name);
       op->state = Op::kFull;
       m.specs.push_back(s);
+      full_ops.push_back(op.get());
     }
     if (opts_.timeline) {
       opts_.timeline->phase(s.name, std::string("NEGOTIATE_") + op_kind_name(s.kind));
@@ -653,58 +657,79 @@ std::string Engine::build_message() {
   for (auto& n : m.invalid) w.str(n);
   w.put<uint32_t>(static_cast<uint32_t>(m.specs.size()));
   for (auto& s : m.specs) put_spec(w, s);
-  // The eager data goes straight into the message (8-byte aligned in it), prescaled.
-  std::unordered_map<size_t, size_t> layout;
-  size_t total = 0;
-  if (opts_.size > 1) {
-    layout = eager_layout(m.bits);
-    for (auto& [id, off] : layout) {
-      const Spec& sp = cache_.at(cache_ids_[id]).spec;
-      size_t bytes = 0;
-      for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
-      total = std::max(total, off + bytes);
-    }
-  }
+  // The eager data goes straight into the message (8-byte aligned in it), prescaled: the
+  // cached requests' (eager_layout), then those announced in full, in their order.
+  const EagerLayout* layout = opts_.size > 1 ? &eager_layout(m.bits) : nullptr;
+  const size_t cached_total = layout ? layout->total : 0;
+  size_t total = cached_total;
+  std::vector<std::pair<size_t, Op*>> full_at;
+  for (size_t i = 0; i < m.specs.size(); ++i)
+    if (size_t at = place_eager(m.specs[i], &total); at != EagerLayout::kNotEager) full_at.emplace_back(at, full_ops[i]);
   w.put<uint32_t>(static_cast<uint32_t>(total));
   w.out.resize((w.out.size() + 7) / 8 * 8, '\0');
   const size_t base = w.out.size();
   w.out.resize(base + total, '\0');
-  if (total) {
+  auto copy_in = [&](const Op& op, size_t off) {
+    const Spec& sp = op.req.spec;
+    const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
+    for (size_t k = 0; k < sp.counts.size(); ++k) {
+      scale_copy(w.out.data() + off, op.req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
+      off += sp.counts[k] * dtype_size(dt);
+    }
+  };
+  for (auto& [at, op] : full_at) copy_in(*op, base + at);
+  if (cached_total) {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& [name, op] : local_) {
       if (op->state != Op::kCached) continue;
-      auto it = layout.find(static_cast<size_t>(op->cache_id));
-      if (it == layout.end()) continue;
-      const Spec& sp = op->req.spec;
-      const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
-      size_t off = base + it->second;
-      for (size_t k = 0; k < sp.counts.size(); ++k) {
-        scale_copy(w.out.data() + off, op->req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
-        off += sp.counts[k] * dtype_size(dt);
-      }
+      size_t at = layout->offset(static_cast<size_t>(op->cache_id));
+      if (at != EagerLayout::kNotEager) copy_in(*op, base + at);
     }
   }
   return std::move(w.out);
 }
 
-std::unordered_map<size_t, size_t> Engine::eager_layout(const std::vector<uint64_t>& bits) const {
-  std::unordered_map<size_t, size_t> at;
-  size_t total = 0;
-  for (size_t id = 0; id < cache_ids_.size() && id / 64 < bits.size(); ++id) {
-    if (!bit(bits, id) || cache_ids_[id].empty()) continue;
-    const Spec& sp = cache_.at(cache_ids_[id]).spec;
-    if (sp.kind != OpKind::kAllreduce || sp.device) continue;
-    size_t bytes = 0;
-    for (auto c : sp.counts) bytes += c * dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
-    total = (total + 7) & ~size_t{7};  // each tensor's data 8-byte aligned for the reduction
-    // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
-    // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
-    const size_t others = static_cast<size_t>(opts_.size > 1 ? opts_.size - 1 : 1);
-    if (bytes * others > kEagerTensor || (total + bytes) * others > kEagerTotal) continue;
-    at[id] = total;
-    total += bytes;
+size_t Engine::place_eager(const Spec& sp, size_t* end) const {
+  const size_t limit = opts_.eager_bytes;
+  if (sp.kind != OpKind::kAllreduce || sp.device || opts_.size < 2 || limit == 0) return EagerLayout::kNotEager;
+  // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
+  // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
+  const size_t others = static_cast<size_t>(opts_.size - 1);
+  const size_t es = dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
+  size_t bytes = 0;
+  for (auto c : sp.counts) {
+    if (c > limit) return EagerLayout::kNotEager;
+    bytes += c * es;
   }
+  size_t at = (*end + 7) & ~size_t{7};  // each tensor's data 8-byte aligned for the reduction
+  if (bytes == 0 || bytes * others > limit || (at + bytes) * others > 4 * limit) return EagerLayout::kNotEager;
+  *end = at + bytes;
   return at;
+}
+
+void Engine::compute_eager_layout(const std::vector<uint64_t>& bits, EagerLayout* out) const {
+  out->bits = bits;
+  out->cache_epoch = cache_epoch_;
+  out->at.clear();
+  size_t total = 0;
+  for (size_t w = 0; w < bits.size(); ++w)
+    for (uint64_t word = bits[w]; word; word &= word - 1) {
+      const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
+      if (id >= cache_ids_.size() || cache_ids_[id].empty()) continue;
+      size_t at = place_eager(cache_.at(cache_ids_[id]).spec, &total);
+      if (at != EagerLayout::kNotEager) out->at.emplace_back(id, at);
+    }
+  out->total = total;
+}
+
+size_t Engine::EagerLayout::offset(size_t id) const {
+  auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(id, size_t{0}));
+  return it != at.end() && it->first == id ? it->second : kNotEager;
+}
+
+const Engine::EagerLayout& Engine::eager_layout(const std::vector<uint64_t>& bits) {
+  if (eager_memo_.cache_epoch != cache_epoch_ || eager_memo_.bits != bits) compute_eager_layout(bits, &eager_memo_);
+  return eager_memo_;
 }
 
 Status Engine::cycle() {
@@ -792,14 +817,37 @@ Status Engine::process(const std::vector<std::string>& raw) {
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
   }
-  // Where each rank's eager data lies: from the cache as it was when the messages were built.
-  std::vector<std::unordered_map<size_t, size_t>> eager_at(n);
+  // Where each rank's eager data lies: from the cache as it was when the messages were
+  // built. In steady state every rank sends the same bits: one (kept) layout for all.
+  std::vector<const EagerLayout*> eager_at(n, nullptr);
+  std::vector<EagerLayout> other_layouts;
+  other_layouts.reserve(n);  // eager_at points into it
   for (int r = 0; r < n; ++r) {
     if (msgs[r].eager.empty()) continue;
-    int same = -1;  // in steady state every rank sends the same bits: one layout for all
-    for (int q = 0; q < r && same < 0; ++q)
-      if (!msgs[q].eager.empty() && msgs[q].bits == msgs[r].bits) same = q;
-    eager_at[r] = same >= 0 ? eager_at[same] : eager_layout(msgs[r].bits);
+    for (int q = 0; q < r && !eager_at[r]; ++q)
+      if (eager_at[q] && msgs[q].bits == msgs[r].bits) eager_at[r] = eager_at[q];
+    if (eager_at[r]) continue;
+    if (eager_memo_.cache_epoch == cache_epoch_ && eager_memo_.bits == msgs[r].bits) {
+      eager_at[r] = &eager_memo_;
+    } else {
+      compute_eager_layout(msgs[r].bits, &other_layouts.emplace_back());
+      eager_at[r] = &other_layouts.back();
+    }
+  }
+  // The data of requests announced in full, after the cached ones (as build_message put it).
+  std::vector<std::vector<const char*>> full_data(n);
+  for (int r = 0; r < n; ++r) {
+    if (!eager_at[r]) continue;
+    size_t end = eager_at[r]->total;
+    for (auto& sp : msgs[r].specs) {
+      size_t at = place_eager(sp, &end);
+      full_data[r].push_back(at == EagerLayout::kNotEager ? nullptr : msgs[r].eager.data() + at);
+    }
+    if (end != msgs[r].eager.size())
+      return Error{"rank " + std::to_string(opts_.rank) + ": negotiation message from rank " + std::to_string(r) +
+                       " holds " + std::to_string(msgs[r].eager.size()) + " bytes of eager data, not " +
+                       std::to_string(end),
+                   HVD_ERR_INTERNAL};
   }
   // A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
   for (int r = 0; r < n; ++r)
@@ -834,6 +882,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     if (it == cache_.end()) return;
     cache_ids_[it->second.id].clear();
     cache_.erase(it);
+    ++cache_epoch_;
     std::lock_guard<std::mutex> lk(mu_);
     auto l = local_.find(name);
     if (l != local_.end() && l->second->state == Op::kCached) {
@@ -854,39 +903,63 @@ Status Engine::process(const std::vector<std::string>& raw) {
   }
 
   std::vector<Response> responses;
-  // Cached requests ready on every active rank, by id.
-  if (active > 0)
-    for (size_t id = 0; id < cache_ids_.size(); ++id) {
-      if (cache_ids_[id].empty()) continue;
+  // Cached requests ready on every active rank, by id. Only the ids some active rank sent
+  // are looked at (a cache holds many idle names: they cost nothing here).
+  if (active > 0) {
+    auto sent_by_active = [&](size_t id) {
       int sent = 0;
       for (int r = 0; r < n; ++r) sent += !joined_[r] && bit(msgs[r].bits, id);
-      if (sent < active) {
-        // For the stall check: a cached name some ranks have sent and others not. (Most
-        // cached names are idle in a cycle: they cost no allocation and no lookup.)
-        if (sent > 0) {
+      return sent;
+    };
+    // For the stall check: cached names some ranks have sent and others not. A name no
+    // rank sends any more is no longer partial.
+    for (auto it = cached_partial_.begin(); it != cached_partial_.end();) {
+      auto c = cache_.find(it->first);
+      if (c == cache_.end() || sent_by_active(static_cast<size_t>(c->second.id)) == 0)
+        it = cached_partial_.erase(it);
+      else
+        ++it;
+    }
+    size_t words = 0;
+    for (int r = 0; r < n; ++r)
+      if (!joined_[r]) words = std::max(words, msgs[r].bits.size());
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t any = 0;
+      for (int r = 0; r < n; ++r)
+        if (!joined_[r] && w < msgs[r].bits.size()) any |= msgs[r].bits[w];
+      for (; any; any &= any - 1) {
+        const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(any));
+        if (id >= cache_ids_.size() || cache_ids_[id].empty()) continue;
+        if (sent_by_active(id) < active) {
           std::vector<int> missing;
           for (int r = 0; r < n; ++r)
             if (!joined_[r] && !bit(msgs[r].bits, id)) missing.push_back(r);
           auto [it, fresh] = cached_partial_.try_emplace(cache_ids_[id]);
           if (fresh) it->second.first = now_s();
           it->second.second = std::move(missing);
-        } else if (!cached_partial_.empty()) {
-          cached_partial_.erase(cache_ids_[id]);
+          continue;
         }
-        continue;
+        if (!cached_partial_.empty()) cached_partial_.erase(cache_ids_[id]);
+        if (active == n && run_eager(id, msgs, eager_at)) continue;
+        Response resp;
+        resp.name = cache_ids_[id];
+        resp.spec = cache_.at(resp.name).spec;
+        resp.from_cache = true;
+        responses.push_back(std::move(resp));
       }
-      if (!cached_partial_.empty()) cached_partial_.erase(cache_ids_[id]);
-      if (active == n && run_eager(id, msgs, eager_at)) continue;
-      Response resp;
-      resp.name = cache_ids_[id];
-      resp.spec = cache_.at(resp.name).spec;
-      resp.from_cache = true;
-      responses.push_back(std::move(resp));
     }
-  // Full announcements into the table.
+  }
+  // Full announcements into the table (with, for this cycle, where each rank's eager data is).
   double t = now_s();
+  std::unordered_map<std::string, std::vector<const char*>> fresh_data;
   for (int r = 0; r < n; ++r)
-    for (auto& s : msgs[r].specs) {
+    for (size_t i = 0; i < msgs[r].specs.size(); ++i) {
+      const Spec& s = msgs[r].specs[i];
+      if (i < full_data[r].size() && full_data[r][i]) {
+        auto& d = fresh_data[s.name];
+        d.resize(n, nullptr);
+        d[r] = full_data[r][i];
+      }
       auto [it, fresh] = table_.try_emplace(s.name);
       if (fresh) {
         it->second.seq = next_seq_++;
@@ -909,6 +982,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
       if (all) ready.push_back({e.seq, name});
     }
   std::sort(ready.begin(), ready.end());
+  std::vector<Response> ran_eagerly;  // done in this loop; cached after the others
   for (auto& [seq, name] : ready) {
     Entry e = std::move(table_.at(name));
     table_.erase(name);
@@ -931,6 +1005,12 @@ Status Engine::process(const std::vector<std::string>& raw) {
       resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name +
                               "' is not supported while ranks have joined (joined: " + who + ")",
                           HVD_ERR_INVALID_ARGUMENT};
+    } else if (auto f = fresh_data.find(name);
+               active == n && f != fresh_data.end() && std::find(f->second.begin(), f->second.end(), nullptr) == f->second.end()) {
+      // Every rank announced it in this cycle, with its data: done here, one exchange.
+      reduce_eagerly(name, *base, f->second);
+      ran_eagerly.push_back(std::move(resp));
+      continue;
     } else if (per_rank_rows(base->kind)) {
       for (int r = 0; r < n; ++r) {
         if (!specs[r]) {  // a joined rank: nothing from it (refused above, kept for safety)
@@ -965,6 +1045,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     if (broken_) return {};
   }
   // Cache what ran (every rank inserts in this order, so ids agree).
+  for (auto& r : ran_eagerly) responses.push_back(std::move(r));
   if (opts_.cache_capacity > 0)
     for (auto& r : responses) {
       if (!r.status || !cacheable(r.spec.kind)) continue;
@@ -983,6 +1064,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
       if (id == static_cast<int>(cache_ids_.size())) cache_ids_.emplace_back();
       cache_ids_[id] = r.name;
       cache_[r.name] = CacheSlot{id, r.spec, ++lru_clock_};
+      ++cache_epoch_;
     }
   // Join: done when every rank has joined.
   if (active == 0) {
@@ -996,14 +1078,26 @@ Status Engine::process(const std::vector<std::string>& raw) {
   return {};
 }
 
-bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs,
-                       const std::vector<std::unordered_map<size_t, size_t>>& eager_at) {
+bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs, const std::vector<const EagerLayout*>& eager_at) {
   const int n = opts_.size;
   for (int r = 0; r < n; ++r)
-    if (!eager_at[r].count(id)) return false;
+    if (!eager_at[r] || eager_at[r]->offset(id) == EagerLayout::kNotEager) return false;
   const std::string name = cache_ids_[id];
   CacheSlot& slot = cache_.at(name);
   const Spec& sp = slot.spec;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.cache_hits;
+  }
+  slot.lru = ++lru_clock_;
+  std::vector<const char*> data(n);
+  for (int r = 0; r < n; ++r) data[r] = msgs[r].eager.data() + eager_at[r]->offset(id);
+  reduce_eagerly(name, sp, data);
+  return true;
+}
+
+void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data) {
+  const int n = opts_.size;
   const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
   const size_t es = dtype_size(dt);
   size_t total = 0;
@@ -1013,33 +1107,29 @@ bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs,
     std::lock_guard<std::mutex> lk(mu_);
     auto it = local_.find(name);
     if (it != local_.end()) op = it->second;
-    ++stats_.cache_hits;
     ++stats_.eager;
   }
-  slot.lru = ++lru_clock_;
-  if (!op) return true;  // (every rank sent its bit, so this rank has it)
+  if (!op) return;  // (every rank announced it, so this rank has it)
   if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
   auto rop = static_cast<hvd_op_t>(sp.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : sp.op);
   const double div = sp.op == HVD_OP_AVERAGE ? n : 1;
-  auto data = [&](int r) { return msgs[r].eager.data() + eager_at[r].at(id); };
   if (sp.counts.size() == 1 && sp.postscale == 1 && div == 1) {
     // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
     // went into this rank's message, so an in-place call loses nothing).
     void* recv = op->req.tensors[0].recv;
-    if (total) std::memcpy(recv, data(0), total * es);
-    for (int r = 1; r < n; ++r) reduce_into(recv, data(r), total, dt, rop);
+    std::memcpy(recv, data[0], total * es);
+    for (int r = 1; r < n; ++r) reduce_into(recv, data[r], total, dt, rop);
     complete(name, {});
-    return true;
+    return;
   }
-  eager_acc_.assign(data(0), data(0) + total * es);
-  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), data(r), total, dt, rop);
+  eager_acc_.assign(data[0], data[0] + total * es);
+  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), data[r], total, dt, rop);
   size_t off = 0;
   for (size_t k = 0; k < sp.counts.size(); ++k) {
     scale_copy(op->req.tensors[k].recv, eager_acc_.data() + off, sp.counts[k], dt, sp.postscale, div);
     off += sp.counts[k] * es;
   }
   complete(name, {});
-  return true;
 }
 
 void Engine::execute(std::vector<Response>& responses) {

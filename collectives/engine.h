@@ -66,6 +66,11 @@ struct EngineOptions {
   double cycle_ms = 1;           // HVDRUN_CYCLE_TIME: pause between cycles that changed nothing
   size_t fusion_bytes = 64 << 20;  // HVDRUN_FUSION_THRESHOLD, 0: no fusion
   size_t cache_capacity = 1024;  // HVDRUN_CACHE_CAPACITY, 0: no cache
+  // A host allreduce of which each rank receives at most this many bytes from the others
+  // (in all, at most 4 times it a cycle) travels with the negotiation message: every rank
+  // reduces it from the messages, one exchange and no ring. 0: never (tests of the ring and
+  // fusion paths).
+  size_t eager_bytes = 64 << 10;
   double stall_check_s = 60;     // HVDRUN_STALL_CHECK_TIME_SECONDS, 0: off
   double stall_shutdown_s = 0;   // HVDRUN_STALL_SHUTDOWN_TIME_SECONDS, 0: never
   std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)
@@ -143,10 +148,28 @@ class Engine {
   void wake();  // tells whichever thread waits for events that local work arrived
   Status cycle();
   std::string build_message();
-  // Cache id -> offset of its data in a message whose bit vector is `bits` (eager path).
-  std::unordered_map<size_t, size_t> eager_layout(const std::vector<uint64_t>& bits) const;
-  bool run_eager(size_t id, const std::vector<CycleMessage>& msgs,
-                 const std::vector<std::unordered_map<size_t, size_t>>& eager_at);
+  // Where the eager data lies in a message whose bit vector is `bits`: (cache id, offset of
+  // the tensor's data) by id for the tensors that travel eagerly, and the total.
+  struct EagerLayout {
+    static constexpr size_t kNotEager = SIZE_MAX;
+    std::vector<uint64_t> bits;
+    std::vector<std::pair<size_t, size_t>> at;
+    size_t total = 0;
+    uint64_t cache_epoch = 0;
+    size_t offset(size_t id) const;  // kNotEager when the tensor does not travel eagerly
+  };
+  // Places a host allreduce's data in an eager section whose used part ends at *end: its
+  // offset (8-byte aligned; *end moves past it), or kNotEager when it is no host allreduce,
+  // has no data, or would pass the eager bounds (*end unchanged).
+  size_t place_eager(const Spec& sp, size_t* end) const;
+  void compute_eager_layout(const std::vector<uint64_t>& bits, EagerLayout* out) const;
+  // Every rank's (prescaled) data of one allreduce is at hand: reduces it in rank order into
+  // this rank's op `name` (when it has it) and completes the op.
+  void reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data);
+  // The layout for `bits` under the cache as it is now: steady state sends the same bits
+  // every cycle, so the last one computed is kept (and recomputed once the cache changes).
+  const EagerLayout& eager_layout(const std::vector<uint64_t>& bits);
+  bool run_eager(size_t id, const std::vector<CycleMessage>& msgs, const std::vector<const EagerLayout*>& eager_at);
   Status process(const std::vector<std::string>& messages);
   std::string oldest_pending_name();  // of this rank's requests ("" when none)
   void execute(std::vector<Response>& responses);
@@ -202,6 +225,8 @@ class Engine {
   std::unordered_map<std::string, CacheSlot> cache_;  // by name
   std::vector<std::string> cache_ids_;                // id -> name ("" free)
   uint64_t lru_clock_ = 0;
+  uint64_t cache_epoch_ = 0;  // bumped by every change of cache_ids_ (eager layouts depend on it)
+  EagerLayout eager_memo_;
   std::vector<char> fusion_;
   std::vector<char> zeros_;
   std::vector<char> eager_acc_;

@@ -77,7 +77,7 @@ bool cacheable(OpKind k) {
 
 // Little-endian byte writer/reader for the cycle messages.
 struct Writer {
-  std::string out;
+  std::string& out;
   template <class T>
   void put(T v) {
     out.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -129,14 +129,19 @@ struct Reader {
   }
   void align(size_t a) { pos = std::min(in.size(), (pos + a - 1) / a * a); }
   std::vector<uint64_t> u64s() {
+    std::vector<uint64_t> v;
+    u64s(&v);
+    return v;
+  }
+  void u64s(std::vector<uint64_t>* v) {
+    v->clear();
     uint32_t n = get<uint32_t>();
     if (!ok || pos + 8ull * n > in.size()) {
       ok = false;
-      return {};
+      return;
     }
-    std::vector<uint64_t> v(n);
-    for (auto& x : v) x = get<uint64_t>();
-    return v;
+    v->resize(n);
+    for (auto& x : *v) x = get<uint64_t>();
   }
 };
 
@@ -595,7 +600,7 @@ void Engine::drive(const std::function<bool()>& stop_when, bool block) {
   }
 }
 
-std::string Engine::build_message() {
+void Engine::build_message(std::string* out) {
   CycleMessage m;
   std::vector<std::shared_ptr<Op>> fresh;
   bool leaving;
@@ -650,7 +655,8 @@ std::string Engine::build_message() {
       }
   }
   m.invalid.swap(invalidate_);
-  Writer w;
+  out->assign(Ring::kFrameBytes, '\0');  // room for allgather_bytes' length
+  Writer w{*out};
   w.put<uint8_t>(m.flags);
   w.u64s(m.bits);
   w.put<uint32_t>(static_cast<uint32_t>(m.invalid.size()));
@@ -686,7 +692,6 @@ std::string Engine::build_message() {
       if (at != EagerLayout::kNotEager) copy_in(*op, base + at);
     }
   }
-  return std::move(w.out);
 }
 
 size_t Engine::place_eager(const Spec& sp, size_t* end) const {
@@ -734,9 +739,10 @@ const Engine::EagerLayout& Engine::eager_layout(const std::vector<uint64_t>& bit
 
 Status Engine::cycle() {
   if (opts_.timeline && opts_.timeline->mark_cycles()) opts_.timeline->instant("CYCLE_START");
-  std::string mine = build_message();
-  std::vector<std::string> all;
-  if (auto s = ring_->allgather_bytes(std::move(mine), &all); !s) return s;
+  std::vector<std::string>& all = cycle_msgs_;  // reused: the strings keep their capacity
+  all.resize(static_cast<size_t>(opts_.size));
+  build_message(&all[static_cast<size_t>(opts_.rank)]);
+  if (auto s = ring_->allgather_bytes(&all); !s) return s;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.cycles;
@@ -800,12 +806,16 @@ std::string Engine::oldest_pending_name() {
 
 Status Engine::process(const std::vector<std::string>& raw) {
   const int n = opts_.size;
-  std::vector<CycleMessage> msgs(n);
+  std::vector<CycleMessage>& msgs = cycle_parsed_;  // reused: their vectors keep their capacity
+  msgs.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     Reader rd{raw[r]};
+    rd.pos = Ring::kFrameBytes;
     CycleMessage& m = msgs[r];
+    m.invalid.clear();
+    m.specs.clear();
     m.flags = rd.get<uint8_t>();
-    m.bits = rd.u64s();
+    rd.u64s(&m.bits);
     uint32_t ni = rd.get<uint32_t>();
     for (uint32_t i = 0; i < ni && rd.ok; ++i) m.invalid.push_back(rd.str());
     uint32_t ns = rd.get<uint32_t>();

@@ -147,7 +147,7 @@ class Engine {
   void wait_for_event(int timeout_ms);
   void wake();  // tells whichever thread waits for events that local work arrived
   Status cycle();
-  std::string build_message();
+  void build_message(std::string* out);  // this rank's cycle message, framed for allgather_bytes
   // Where the eager data lies in a message whose bit vector is `bits`: (cache id, offset of
   // the tensor's data) by id for the tensors that travel eagerly, and the total.
   struct EagerLayout {
@@ -230,6 +230,8 @@ class Engine {
   std::vector<char> fusion_;
   std::vector<char> zeros_;
   std::vector<char> eager_acc_;
+  std::vector<std::string> cycle_msgs_;     // every rank's message of the cycle (framed)
+  std::vector<CycleMessage> cycle_parsed_;  // the same, parsed
   double last_stall_check_ = 0;
   // Cached names some ranks have sent and others not: since when, and the ranks missing.
   std::map<std::string, std::pair<double, std::vector<int>>> cached_partial_;

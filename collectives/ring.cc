@@ -321,28 +321,30 @@ Status Ring::barrier() {
 // receives an 8-byte length, then the body. A body up to kEagerBytes leaves with its length
 // in one write (it fits any socket buffer, so no rank can block on a neighbour that is
 // still reading its length); a longer one goes in a second step after the lengths.
-Status Ring::allgather_bytes(std::string mine, std::vector<std::string>* all) {
+Status Ring::allgather_bytes(std::vector<std::string>* all) {
   if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
-  all->assign(size_, std::string());
-  (*all)[rank_] = std::move(mine);
+  if (all->size() != static_cast<size_t>(size_) || (*all)[rank_].size() < kFrameBytes)
+    return Error{"internal: allgather_bytes needs one framed string per rank", HVD_ERR_INTERNAL};
   constexpr size_t kEagerBytes = 32 << 10;
-  std::string out;
   for (int s = 0; s < size_ - 1; ++s) {
     int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
-    const std::string& body = (*all)[send_b];
-    uint64_t len = body.size(), got_len = 0;
+    std::string& body = (*all)[send_b];
+    uint64_t len = body.size() - kFrameBytes, got_len = 0;
+    std::memcpy(body.data(), &len, sizeof len);
     bool eager = len <= kEagerBytes;
-    out.assign(reinterpret_cast<const char*>(&len), sizeof len);
-    if (eager) out += body;
-    if (auto st = step(out.data(), out.size(), reinterpret_cast<char*>(&got_len), sizeof got_len, false); !st)
+    if (auto st = step(body.data(), eager ? body.size() : kFrameBytes, reinterpret_cast<char*>(&got_len), sizeof got_len,
+                       false);
+        !st)
       return st;
     if (got_len > (64u << 20))
       return fail(Error{"rank " + std::to_string(rank_) + ": negotiation message of " + std::to_string(got_len) +
                             " bytes from " + left_.peer().describe() + " (corrupt stream)",
                         HVD_ERR_INTERNAL});
     std::string& in = (*all)[recv_b];
-    in.resize(got_len);
-    if (auto st = step(eager ? nullptr : body.data(), eager ? 0 : body.size(), in.data(), in.size(), false); !st)
+    in.resize(kFrameBytes + got_len);
+    if (auto st = step(eager ? nullptr : body.data() + kFrameBytes, eager ? 0 : len, in.data() + kFrameBytes, got_len,
+                       false);
+        !st)
       return st;
   }
   return {};

@@ -54,8 +54,12 @@ class Ring {
   Status barrier();
 
   // Engine-level helpers (collectives/engine.cc). Every rank calls them in the same order.
-  // Gathers one byte string from every rank (lengths may differ): all[r] is rank r's.
-  Status allgather_bytes(std::string mine, std::vector<std::string>* all);
+  // Gathers one byte string from every rank (lengths may differ). Each string begins with
+  // kFrameBytes of room for its length (written here, so nothing is copied to frame it): the
+  // caller puts its own at (*all)[rank] (all->size() == size), and finds rank r's at
+  // (*all)[r], room included. The strings keep their capacity from call to call.
+  static constexpr size_t kFrameBytes = 8;
+  Status allgather_bytes(std::vector<std::string>* all);
   // Allgather with per-rank block sizes known to every rank: recv holds the blocks by rank.
   Status allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes_per_rank);
   // Alltoall over the ring (store and forward): bytes[src * size + dst] is what rank src

@@ -182,9 +182,10 @@ int hvd_wait_result(hvd_handle_t handle, void* recvbuf) {
 int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
                           hvd_dtype_t dtype, hvd_op_t op) {
   return guarded([&]() -> hvdrun::Status {
+    hvdrun::Runtime::BlockingName name(rt(), "grouped_allreduce");  // held until the wait is over
     hvdrun::Engine::CallerWaits waits;
-    auto h = rt().allreduce_async(rt().blocking_name("grouped_allreduce").c_str(), n, sendbufs, recvbufs, counts, dtype,
-                                  op, 1, 1, "hvd_grouped_allreduce");
+    auto h = rt().allreduce_async(name.name().c_str(), n, sendbufs, recvbufs, counts, dtype, op, 1, 1,
+                                  "hvd_grouped_allreduce");
     if (!h) return h.error();
     return rt().wait(*h);
   });
@@ -193,10 +194,10 @@ int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvb
 int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype, void** recvbuf,
                    size_t* rows_per_rank) {
   hvd_handle_t h = 0;
+  hvdrun::Runtime::BlockingName name(rt(), "allgatherv");  // held until the output is taken
   int rc = submit(&h, [&] {
     hvdrun::Engine::CallerWaits waits;
-    return rt().allgatherv_async(rt().blocking_name("allgatherv").c_str(), sendbuf, nullptr, rows, row_elems, dtype,
-                                 "hvd_allgatherv");
+    return rt().allgatherv_async(name.name().c_str(), sendbuf, nullptr, rows, row_elems, dtype, "hvd_allgatherv");
   });
   if (rc) return rc;
   return take_output(h, row_elems, dtype, recvbuf, rows_per_rank);
@@ -205,10 +206,10 @@ int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype
 int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits, hvd_dtype_t dtype,
                  void** recvbuf, size_t* rows_per_rank) {
   hvd_handle_t h = 0;
+  hvdrun::Runtime::BlockingName name(rt(), "alltoall");  // held until the output is taken
   int rc = submit(&h, [&] {
     hvdrun::Engine::CallerWaits waits;
-    return rt().alltoall_async(rt().blocking_name("alltoall").c_str(), sendbuf, rows, row_elems, splits, dtype,
-                               "hvd_alltoall");
+    return rt().alltoall_async(name.name().c_str(), sendbuf, rows, row_elems, splits, dtype, "hvd_alltoall");
   });
   if (rc) return rc;
   return take_output(h, row_elems, dtype, recvbuf, rows_per_rank);
@@ -217,9 +218,10 @@ int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_
 int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
                       hvd_op_t op) {
   return guarded([&]() -> hvdrun::Status {
+    hvdrun::Runtime::BlockingName name(rt(), "reducescatter");  // held until the wait is over
     hvdrun::Engine::CallerWaits waits;
-    auto h = rt().reducescatter_async(rt().blocking_name("reducescatter").c_str(), sendbuf, recvbuf, rows, row_elems,
-                                      dtype, op, "hvd_reducescatter");
+    auto h = rt().reducescatter_async(name.name().c_str(), sendbuf, recvbuf, rows, row_elems, dtype, op,
+                                      "hvd_reducescatter");
     if (!h) return h.error();
     return rt().wait(*h);
   });

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "collectives/dtype.h"
@@ -259,7 +260,6 @@ Status Runtime::start_engine() {
     o.timeline = timeline_.get();
   }
   engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
-  blocking_seq_ = 0;
   return {};
 }
 
@@ -453,9 +453,9 @@ Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* 
   return submit(what, std::move(r));
 }
 
-Result<hvd_handle_t> Runtime::barrier_async() {
+Result<hvd_handle_t> Runtime::barrier_async(const std::string& name) {
   Request r;
-  r.spec.name = blocking_name("barrier");
+  r.spec.name = name;
   r.spec.kind = OpKind::kBarrier;
   return submit("hvd_barrier", std::move(r));
 }
@@ -506,20 +506,27 @@ Status Runtime::join(int* last_joined_rank) {
   return w;
 }
 
-// Names repeat every kBlockingNames calls, so that a program's repeated blocking calls hit
-// the engine's response cache; a collision needs that many blocking calls pending at once
-// in one process (threads), and is then refused as a duplicate name.
-std::string Runtime::blocking_name(const char* kind) {
-  constexpr uint64_t kBlockingNames = 64;
-  return std::string("hvdrun.") + kind + "." + std::to_string(blocking_seq_.fetch_add(1) % kBlockingNames);
+Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt), kind_(kind) {
+  std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
+  std::vector<bool>& busy = rt_.blocking_busy_[kind_];
+  slot_ = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+  if (slot_ == busy.size()) busy.push_back(false);
+  busy[slot_] = true;
+  name_ = "hvdrun." + kind_ + "." + std::to_string(slot_);
+}
+
+Runtime::BlockingName::~BlockingName() {
+  std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
+  rt_.blocking_busy_[kind_][slot_] = false;
 }
 
 namespace {
 template <class Fn>
-Status submit_and_wait(Runtime& rt, Fn&& submit) {
+Status submit_and_wait(Runtime& rt, const char* kind, Fn&& submit) {
+  Runtime::BlockingName name(rt, kind);
   Result<hvd_handle_t> h = [&] {
     Engine::CallerWaits waits;
-    return submit();
+    return submit(name.name());
   }();
   if (!h) return h.error();
   return rt.wait(*h);
@@ -527,26 +534,26 @@ Status submit_and_wait(Runtime& rt, Fn&& submit) {
 }  // namespace
 
 Status Runtime::allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  return submit_and_wait(*this, [&] {
-    return allreduce_async(blocking_name("allreduce").c_str(), 1, &send, &recv, &count, dtype, op, 1, 1, "hvd_allreduce");
+  return submit_and_wait(*this, "allreduce", [&](const std::string& name) {
+    return allreduce_async(name.c_str(), 1, &send, &recv, &count, dtype, op, 1, 1, "hvd_allreduce");
   });
 }
 
 Status Runtime::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
-  return submit_and_wait(*this, [&] {
-    return broadcast_async(blocking_name("broadcast").c_str(), buf, count, dtype, root, "hvd_broadcast");
+  return submit_and_wait(*this, "broadcast", [&](const std::string& name) {
+    return broadcast_async(name.c_str(), buf, count, dtype, root, "hvd_broadcast");
   });
 }
 
 Status Runtime::allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) {
   if (count && !recv) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
-  return submit_and_wait(*this, [&] {
-    return allgatherv_async(blocking_name("allgather").c_str(), send, recv, count, 1, dtype, "hvd_allgather");
+  return submit_and_wait(*this, "allgather", [&](const std::string& name) {
+    return allgatherv_async(name.c_str(), send, recv, count, 1, dtype, "hvd_allgather");
   });
 }
 
 Status Runtime::barrier() {
-  return submit_and_wait(*this, [&] { return barrier_async(); });
+  return submit_and_wait(*this, "barrier", [&](const std::string& name) { return barrier_async(name); });
 }
 
 Status Runtime::shutdown() {

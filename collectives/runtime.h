@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,7 +51,7 @@ class Runtime {
   Result<hvd_handle_t> reducescatter_async(const char* name, const void* send, void* recv, size_t rows,
                                            size_t row_elems, hvd_dtype_t dtype, hvd_op_t op,
                                            const char* what = "hvd_reducescatter_async");
-  Result<hvd_handle_t> barrier_async();
+  Result<hvd_handle_t> barrier_async(const std::string& name);
   Result<hvd_handle_t> join_async();
 
   int poll(hvd_handle_t h);
@@ -59,9 +60,25 @@ class Runtime {
   Status wait_result(hvd_handle_t h, void* recv);
   Status join(int* last_joined_rank);
 
-  // Blocking calls: the next name in this process's sequence of blocking calls (ranks make
-  // them in the same order, so the names match).
-  std::string blocking_name(const char* kind);
+  // A blocking call's name, held while the call runs: "hvdrun.<kind>.<slot>", the slot the
+  // lowest of its kind that no other blocking call in flight in this process holds (0 in a
+  // single-threaded program). Ranks make their blocking calls in the same order, so the
+  // names match; a program that repeats a call of one shape hits the engine's response
+  // cache from the second call on, and one whose shape differs between ranks is a mismatch
+  // naming both (not a stall).
+  class BlockingName {
+   public:
+    BlockingName(Runtime& rt, const char* kind);
+    ~BlockingName();
+    BlockingName(const BlockingName&) = delete;
+    BlockingName& operator=(const BlockingName&) = delete;
+    const std::string& name() const { return name_; }
+
+   private:
+    Runtime& rt_;
+    std::string kind_, name_;
+    size_t slot_;
+  };
   Status barrier();
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
@@ -87,7 +104,8 @@ class Runtime {
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
   int gpu_generation_ = 0;
-  std::atomic<uint64_t> blocking_seq_{0};
+  std::mutex blocking_mu_;
+  std::map<std::string, std::vector<bool>> blocking_busy_;  // by kind: the slots held
   Status connect_ring();
   Status start_engine();
   Status ensure_gpu();

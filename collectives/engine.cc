@@ -6,7 +6,8 @@
 // between threads). A cycle is one ring allgather of every rank's message:
 //
 //   flags (joined, leaving) | bit vector of pending cached requests | names whose cached
-//   response is invalid | full specs of the requests not announced before
+//   response is invalid | full specs of the requests not announced before | eager data
+//   (small host allreduces, cached or announced in full: see place_eager)
 //
 // Every rank processes the same messages in rank order, so every rank computes the same
 // table of announced names, the same cache, and the same list of responses, in the same
@@ -187,6 +188,17 @@ constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
 // contributions in rank order and is done: one exchange instead of negotiation plus
 // transfer, and bitwise the same result everywhere.
 
+// A rank announces a name at most once (submit refuses a name pending twice): a message
+// that names one twice is corrupt (its eager data would not match the specs).
+bool names_unique(const std::vector<Spec>& specs) {
+  if (specs.size() < 2) return true;
+  std::vector<std::string_view> names;
+  names.reserve(specs.size());
+  for (auto& s : specs) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  return std::adjacent_find(names.begin(), names.end()) == names.end();
+}
+
 bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
 
 // dst[i] = src[i] * mul / div (src null: zeros). Integer dtypes are only copied (their
@@ -255,8 +267,9 @@ struct CycleMessage {
   std::vector<uint64_t> bits;
   std::vector<std::string> invalid;
   std::vector<Spec> specs;
-  // The data of small cached host allreduces (see eager_layout), in place in the received
-  // message, 8-byte aligned within it (the message's own buffer is malloc-aligned).
+  // The data of small host allreduces, cached ones (eager_layout) then those announced in
+  // full (place_eager), in place in the received message, 8-byte aligned within it (the
+  // message's own buffer is malloc-aligned).
   std::string_view eager;
 };
 
@@ -300,6 +313,8 @@ struct Engine::Response {
 };
 
 Engine::Engine(Ring* ring, EngineOptions opts) : ring_(ring), opts_(std::move(opts)) {
+  // Bounded so that a message's eager section (at most 4 times it) keeps to its 32-bit length.
+  opts_.eager_bytes = std::min<size_t>(opts_.eager_bytes, size_t{1} << 28);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   joined_.assign(opts_.size, false);
   thread_ = std::thread([this] { background(); });
@@ -823,7 +838,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     uint32_t eager_bytes = rd.get<uint32_t>();
     rd.align(8);
     m.eager = rd.view(eager_bytes);
-    if (!rd.ok || rd.pos != raw[r].size())
+    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs))
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
   }

@@ -364,6 +364,7 @@ TEST(Engine, SmallAllreduceAnnouncedByEveryRankInOneCycleCompletesFromTheNegotia
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
   for (int r = 0; r < n; ++r) {
     auto st = job.engines[r]->stats();
+    EXPECT_EQ(st.eager, job.engines[0]->stats().eager) << "rank " << r << ": every rank decides alike";
     EXPECT_GE(st.eager, 1u) << "rank " << r;
     EXPECT_EQ(st.eager + st.unfused_tensors + st.fused_tensors, static_cast<uint64_t>(rounds))
         << "rank " << r << ": each request ran once, from the messages or through the ring";

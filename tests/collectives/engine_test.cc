@@ -459,6 +459,73 @@ TEST(Engine, EveryMismatchKindFailsOnEveryRankNamingTensorRanksAndValues) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
 }
 
+// A negotiation message built by hand (the engine's wire layout: engine.cc Writer/put_spec).
+struct RawMessage {
+  std::string out = std::string(Ring::kFrameBytes, '\0');
+  template <class T>
+  void put(T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void spec(const std::string& name, uint64_t count) {
+    put<uint32_t>(static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint8_t>(static_cast<uint8_t>(OpKind::kAllreduce));
+    put<uint8_t>(HVD_FLOAT32);
+    put<uint8_t>(HVD_OP_SUM);
+    put<uint8_t>(0);  // host memory
+    put<int32_t>(-1);
+    put<double>(1);
+    put<double>(1);
+    put<uint32_t>(1);
+    put<uint64_t>(count);
+    put<uint64_t>(1);
+    put<uint32_t>(0);
+  }
+};
+
+TEST(Engine, AMessageAnnouncingOneNameTwiceIsRefusedNotReadPastItsData) {
+  // Rank 1 (a corrupt peer, played by the test on its ring) announces four 4000-byte
+  // tensors and then "x" twice: 10 floats (their data fits the eager section, last) and
+  // 1000 floats (no room left: no data). Rank 0 announces "x" with 1000 floats and its
+  // data. Read naively, the specs agree and rank 0 would reduce 4000 bytes from rank 1's
+  // 40-byte slot, past the end of the message.
+  EngineOptions o;
+  o.eager_bytes = 4096;  // per tensor; 16 KiB per message
+  o.rank = 0;
+  o.size = 2;
+  RingOptions ro;
+  ro.timeout_s = 5;  // were the message read, rank 0's leaving cycle would wait for the absent peer
+  auto rings = make_rings(2, ro);
+  Engine e(rings[0].get(), o);
+  std::vector<float> in(1000, 1.f), out(1000, 0.f);
+  auto peer = std::async(std::launch::async, [&] {
+    RawMessage m;
+    m.put<uint8_t>(0);   // flags
+    m.put<uint32_t>(0);  // no cache bits
+    m.put<uint32_t>(0);  // no invalidations
+    m.put<uint32_t>(6);
+    for (const char* n : {"a", "b", "c", "d"}) m.spec(n, 1000);
+    m.spec("x", 10);
+    m.spec("x", 1000);
+    const uint32_t eager = 4 * 4000 + 40;
+    m.put<uint32_t>(eager);
+    m.out.resize((m.out.size() + 7) / 8 * 8, '\0');
+    m.out.append(eager, '\0');
+    std::vector<std::string> all(2);
+    all[1] = m.out;
+    return rings[1]->allgather_bytes(&all);
+  });
+  auto h = e.submit(allreduce_req("x", in.data(), out.data(), in.size(), HVD_FLOAT32, HVD_OP_SUM));
+  ASSERT_TRUE(h) << h.error().message;
+  auto st = e.wait(*h);
+  ASSERT_EQ(peer.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(peer.get());
+  ASSERT_FALSE(st) << "the corrupt message was read";
+  EXPECT_EQ(st.error().code, HVD_ERR_INTERNAL);
+  EXPECT_NE(st.error().message.find("malformed negotiation message from rank 1"), std::string::npos)
+      << st.error().message;
+}
+
 TEST(Engine, DuplicatePendingNameIsInvalidArgumentAtOnce) {
   const int n = 2;
   Job job(n);

@@ -35,7 +35,7 @@ class HostLink {
   // Up to `timeout_ms` for the agent's stdout: bytes, "" on time-out, an error with code
   // kPeerClosed at EOF, another error when the connection failed.
   virtual Result<std::string> read(int timeout_ms) = 0;
-  virtual std::string stderr_text() = 0;      // what the remote command printed on stderr
+  virtual std::string stderr_text() = 0;      // what the remote command printed on stderr; only grows
   virtual std::optional<int> exit_status() = 0;  // once the remote command has ended
   // The connection's two ends when it is a socket of ours: this machine's address and the
   // host's ("" when unknown, e.g. through a client command).

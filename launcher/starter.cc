@@ -70,11 +70,14 @@ class TemplateStarter : public AgentStarter {
 };
 
 // What the srun child printed, by task (srun --label: "3: text"); srun's own lines go
-// with task 0's, as the first host's.
+// with task 0's, as the first host's, in the order they came: each task's text only
+// grows, as HostLink::stderr_text promises (the relay shows what follows the part it
+// showed). Kept apart and joined on each call, srun's line after task 0's shifted task
+// 0's under the relay's offset: the end of a line was shown again and srun's was lost.
 struct SrunOutput {
   std::mutex mu;
   std::vector<std::string> by_task;
-  std::string own;
+  std::string own;  // before the tasks are known
   void add_line(const std::string& line) {
     // srun's warning about --cpu-bind=none where Slurm binds nothing anyway (task/none).
     if (line.find("cluster configuration lacks support for cpu binding") != std::string::npos) return;
@@ -89,12 +92,12 @@ struct SrunOutput {
         return;
       }
     }
-    if (own.size() < (64u << 10)) own += line + "\n";
+    std::string& to = by_task.empty() ? own : by_task[0];
+    if (to.size() < (64u << 10)) to += line + "\n";
   }
   std::string text(int task) {
     std::lock_guard<std::mutex> lk(mu);
-    std::string t = task >= 0 && static_cast<size_t>(task) < by_task.size() ? by_task[task] : "";
-    return task == 0 ? own + t : t;
+    return task >= 0 && static_cast<size_t>(task) < by_task.size() ? by_task[task] : "";
   }
   std::string last_line() {
     std::lock_guard<std::mutex> lk(mu);

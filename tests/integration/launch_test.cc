@@ -538,3 +538,34 @@ TEST(Launch, ClosedStdoutEndsTheJobWith141) {
   EXPECT_EQ(late.out, "[0]rc=141\n");
   std::filesystem::remove_all(dir);
 }
+
+// --launcher slurm with a stand-in srun on PATH (it runs the agent here, as one task on
+// node n1, and prints lines of its own and labelled lines of task 0 on stderr, as srun
+// does): hvdrun shows each line once, whole and in order. srun's own lines were kept
+// apart from task 0's and joined on each look, so one of srun's after one of task 0's
+// moved task 0's text under what had been shown: hvdrun printed ": three" and "two" again
+// in place of "srun: three".
+TEST(Launch, SrunsOwnLinesAndItsTasksLinesAreRelayedOnceInOrder) {
+  std::string dir = make_temp_dir();
+  std::string srun = dir + "/srun";
+  {
+    std::ofstream f(srun);
+    f << "#!/bin/sh\n"
+         "while [ \"$1\" != -- ]; do case $1 in --nodelist=*) node=${1#--nodelist=};; esac; shift; done; shift\n"
+         "(echo 'srun: one' >&2; sleep 0.3; echo '0: two' >&2; sleep 0.3; echo 'srun: three' >&2; sleep 0.3;\n"
+         " echo '0: four' >&2; touch " << dir << "/said) &\n"
+         "SLURMD_NODENAME=$node SLURM_PROCID=0 exec \"$@\"\n";
+  }
+  chmod(srun.c_str(), 0755);
+  // The rank ends once everything was said (the deadline is the test's).
+  auto o = run(hvd({"-np", "1", "-H", "n1:1", "--launcher", "slurm", "sh", "-c",
+                    "while [ ! -e " + dir + "/said ]; do sleep 0.05; done; sleep 0.2"}),
+               60, {{"PATH", dir + ":" + std::getenv("PATH")}, {"SLURM_JOB_ID", "1"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  std::vector<std::string> relayed;
+  for (const auto& line : split_lines(o.err))
+    if (line.rfind("hvdrun: n1: ", 0) == 0) relayed.push_back(line.substr(12));
+  EXPECT_EQ(relayed, (std::vector<std::string>{"srun: one", "two", "srun: three", "four"})) << o.err;
+  std::filesystem::remove_all(dir);
+}

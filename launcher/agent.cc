@@ -232,6 +232,14 @@ void LocalAgent::report_stall_culprit() {
   teardown(msg, 1);
 }
 
+void LocalAgent::slurm_signal(int sig) {
+  {
+    std::lock_guard<std::mutex> lk(control_mu_);
+    slurm_signal_requests_.push_back(sig);
+  }
+  wake();
+}
+
 void LocalAgent::request_signal(int sig) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
@@ -406,10 +414,10 @@ std::string LocalAgent::rank_host(int rank) const {
 // A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
 namespace {
 
-// Who sent a signal, for the message: Slurm's step daemon ends a job that was cancelled
-// or reached its time limit.
-std::string signal_origin(pid_t sender) {
-  if (sender <= 0) return "";
+// Whether Slurm's step daemon sent a signal: it ends a job that was cancelled or reached
+// its time limit.
+bool sent_by_slurm(pid_t sender) {
+  if (sender <= 0) return false;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(sender));
   std::string comm;
@@ -419,8 +427,7 @@ std::string signal_origin(pid_t sender) {
     std::fclose(f);
   }
   while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-  if (comm.rfind("slurmstepd", 0) == 0) return " from Slurm (the job was cancelled or reached its time limit)";
-  return "";
+  return comm.rfind("slurmstepd", 0) == 0;
 }
 
 }  // namespace
@@ -448,6 +455,10 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   // second interrupt as SIGKILL). Taken for one, it SIGKILLed the ranks on the very host
   // where the failure was, cutting their SIGTERM handlers short.
   if (from_launcher && tearing_down_ && sig != SIGKILL) return;
+  if (!from_launcher && sig != SIGKILL && sent_by_slurm(sender)) {
+    handle_slurm_signal(sig);
+    return;
+  }
   if (tearing_down_ || sig == SIGKILL) {  // a second interrupt: no more grace
     signal_all(SIGKILL);
     killed_ = true;
@@ -458,8 +469,30 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
     }
     return;
   }
-  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + signal_origin(sender) + ", terminating the job",
-           128 + sig);
+  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
+}
+
+// Slurm ends a cancelled or timed-out job by signalling every process of its steps, the
+// ranks before their agent (proctrack walks the tree from its leaves) and the batch step,
+// where hvdrun runs, after the others: hvdrun or an agent may see a rank killed by that
+// SIGTERM first and be tearing down by the time its own arrives. That is the same event,
+// not a second interrupt: it is said (once for the job, by hvdrun) and not escalated to
+// SIGKILL, which would cut short the ranks' SIGTERM handlers (a checkpoint); Slurm sends
+// SIGKILL itself after its KillWait, and the grace holds here.
+void LocalAgent::handle_slurm_signal(int sig) {
+  if (opts_.on_slurm_signal) {  // an agent: hvdrun says it
+    opts_.on_slurm_signal(sig);
+    if (!tearing_down_) teardown("", 128 + sig);
+    return;
+  }
+  std::string msg = "hvdrun: received " + signal_name(sig) +
+                    " from Slurm (the job was cancelled or reached its time limit), terminating the job";
+  bool say = !slurm_said_;
+  slurm_said_ = true;
+  if (!tearing_down_)
+    teardown(msg, 128 + sig);
+  else if (say)
+    sink_.notice(msg);
 }
 
 // What the other threads asked for (remote hosts' reports, relayed signals, a teardown).
@@ -471,8 +504,10 @@ void LocalAgent::take_requests() {
   std::vector<SilenceReport> silences;
   std::vector<std::pair<int, double>> exit0;
   std::vector<std::pair<int, int>> lost;
+  std::vector<int> slurm_sigs;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
+    slurm_sigs.swap(slurm_signal_requests_);
     exit0.swap(exit0_requests_);
     lost.swap(lost_requests_);
     silences.swap(silence_requests_);
@@ -490,6 +525,7 @@ void LocalAgent::take_requests() {
     silences_.push_back(std::move(s));
     if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
   }
+  for (int sig : slurm_sigs) handle_slurm_signal(sig);
   for (int sig : sigs) handle_signal(sig, true);
   if (req) teardown(req->first, req->second);
 }

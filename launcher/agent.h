@@ -38,6 +38,9 @@ struct AgentOptions {
   std::function<void(int rank, const std::string& host, int wait_status)> on_failure;
   // Agent mode: a rank exited with code 0 (hvdrun names such a rank when it left early).
   std::function<void(int rank)> on_exit0;
+  // Agent mode: Slurm signalled this agent (its step's job was cancelled or reached its
+  // time limit); hvdrun says so, and the teardown here is silent.
+  std::function<void(int sig)> on_slurm_signal;
 };
 
 // The workers of another host, run by a remote agent. The agent's loop thread calls these.
@@ -96,6 +99,8 @@ class LocalAgent {
   // report). Reports are gathered for a moment, then the rank that stalled the job is named
   // (launcher/blame.h) and the job torn down.
   void report_silence(int rank, int peer, std::string message);
+  // Thread-safe: Slurm sent `sig` to a remote agent (its kSlurmSignal), as if to hvdrun.
+  void slurm_signal(int sig);
   // Thread-safe: act as if hvdrun had received `sig` from the launcher (agent mode).
   void request_signal(int sig);
   // Thread-safe: look at the remotes again (one has finished).
@@ -147,6 +152,9 @@ class LocalAgent {
   void note_failure(FailedWorker f);
   // `sender`: the pid that sent it (signalfd says), 0 when relayed by the launcher.
   void handle_signal(int sig, bool from_launcher, pid_t sender = 0);
+  void handle_slurm_signal(int sig);
+  bool slurm_said_ = false;  // the job's "received SIGTERM from Slurm" is out
+  std::vector<int> slurm_signal_requests_;  // under control_mu_
   std::optional<double> report_at_;  // when the failures seen so far are reported
   std::vector<SilenceReport> silence_requests_;  // under control_mu_
   std::vector<SilenceReport> silences_;

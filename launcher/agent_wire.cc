@@ -50,7 +50,7 @@ Status FrameReader::feed(std::string_view bytes) {
     if (len == 0 || len > kMaxFrame) return make_error("agent frame of " + std::to_string(len) + " bytes");
     if (buf_.size() - pos - 4 < len) break;
     auto type = static_cast<uint8_t>(buf_[pos + 4]);
-    if (type < static_cast<uint8_t>(Type::kHello) || type > static_cast<uint8_t>(Type::kStdinTaken))
+    if (type < static_cast<uint8_t>(Type::kHello) || type > static_cast<uint8_t>(Type::kSlurmSignal))
       return make_error("agent frame of unknown type " + std::to_string(type));
     frames_.push_back({static_cast<Type>(type), buf_.substr(pos + 5, len - 1)});
     pos += 4 + len;

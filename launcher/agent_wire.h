@@ -49,6 +49,9 @@ enum class Type : uint8_t {
   // kStdinWindow bytes sent and not yet taken: a rank 0 that does not read its stdin holds
   // hvdrun's stdin there, not in the agent's memory.
   kStdinTaken = 14,
+  // agent -> hvdrun: Slurm signalled the agent's step (JSON: signal): the job was cancelled
+  // or reached its time limit. hvdrun says so, once for the job, whichever host heard it.
+  kSlurmSignal = 15,
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds

@@ -308,6 +308,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
     });
   }
   ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, nlohmann::json{{"rank", rank}}.dump()); };
+  ao.on_slurm_signal = [&link](int sig) { link.send(Type::kSlurmSignal, nlohmann::json{{"signal", sig}}.dump()); };
   ao.on_failure = [&link](int rank, const std::string&, int status) {
     link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
   };

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "common/deadline.h"
@@ -17,6 +19,30 @@
 namespace hvdrun {
 
 using agentwire::Type;
+
+namespace {
+
+// A field of an agent's JSON report, or `fallback` when it is missing or of another type:
+// a malformed report is passed over, not thrown on (json::value throws on a type mismatch,
+// and nothing on the relay thread catches).
+template <class T>
+T field(const nlohmann::json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>)
+    return it->is_boolean() ? it->template get<bool>() : fallback;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  else if constexpr (std::is_unsigned_v<T>)
+    return it->is_number_unsigned() ? it->template get<T>() : fallback;
+  else
+    return it->is_number_integer() && *it >= std::numeric_limits<T>::min() && *it <= std::numeric_limits<T>::max()
+               ? it->template get<T>()
+               : fallback;
+}
+
+}  // namespace
 
 RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
     : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
@@ -114,9 +140,9 @@ Status RemoteHost::prepare(const AgentJob& job) {
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {
     auto j = nlohmann::json::parse(f->payload, nullptr, false);
-    std::string message = j.is_object() ? j.value("message", "setup failed") : "setup failed";
-    int code = j.is_object() ? j.value("code", exit_code::kLaunchFailed) : exit_code::kLaunchFailed;
-    ErrorKind kind = error_kind_from_int(j.is_object() ? j.value("kind", 0) : 0);
+    std::string message = field(j, "message", std::string("setup failed"));
+    int code = field(j, "code", exit_code::kLaunchFailed);
+    ErrorKind kind = error_kind_from_int(field(j, "kind", 0));
     return make_error(kind, "host " + host_ + ": " + message, code);
   }
   return error_of(ErrorKind::kLaunchFailed, link_->label() + ": unexpected answer to the job description");
@@ -205,20 +231,23 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         if (j.is_object()) {
           failed_reported = true;
-          agent.remote_failure(j.value("rank", -1), host_, j.value("status", 1 << 8));
+          agent.remote_failure(field(j, "rank", -1), host_, field(j, "status", 1 << 8));
         }
       } else if (f.type == Type::kStdinTaken) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object() && j.value("closed", false)) stdin_closed_ = true;
-        else if (j.is_object())
-          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, j.value("bytes", uint64_t{0}));
+        if (field(j, "closed", false)) stdin_closed_ = true;
+        else
+          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, field(j, "bytes", uint64_t{0}));
+      } else if (f.type == Type::kSlurmSignal) {
+        int sig = field(nlohmann::json::parse(f.payload, nullptr, false), "signal", 0);
+        if (sig > 0 && sig < NSIG && sig != SIGKILL) agent.slurm_signal(sig);
       } else if (f.type == Type::kExited) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object()) agent.remote_exited_0(j.value("rank", -1));
+        if (j.is_object()) agent.remote_exited_0(field(j, "rank", -1));
       } else if (f.type == Type::kDone) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        int code = j.is_object() ? j.value("code", 0) : 0;
-        int lost = j.is_object() ? j.value("lost_contact_s", 0) : 0;
+        int code = field(j, "code", 0);
+        int lost = field(j, "lost_contact_s", 0);
         if (lost > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
           agent.request_teardown(lost_contact_message(lost), exit_code::kLostContact);
         else if (code != 0 && !failed_reported)

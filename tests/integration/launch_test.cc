@@ -244,6 +244,66 @@ TEST_P(LaunchSignal, TearsDownAndExitsWith128PlusSignal) {
 }
 INSTANTIATE_TEST_SUITE_P(IntTerm, LaunchSignal, ::testing::Values(SIGINT, SIGTERM));
 
+// Slurm ends a cancelled or timed-out job by signalling the ranks, then their agent (or,
+// in the batch step, hvdrun), each from slurmstepd: hvdrun or the agent may already be
+// tearing down on a rank killed by it when its own SIGTERM comes. That one is said once,
+// and not taken for a second interrupt: rank 1's SIGTERM handler (a checkpoint) runs to
+// its end. It was SIGKILLed, and nothing said Slurm had ended the job. Here the ranks run
+// under hvdrun itself, or under an agent (a launch command); a copy of bash named
+// slurmstepd sends the signals and stays (hvdrun reads the sender's name from /proc).
+class LaunchSlurmSignal : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LaunchSlurmSignal, DuringATeardownIsSaidOnceAndNotEscalated) {
+  bool agent = GetParam();
+  std::string dir = make_temp_dir();
+  std::string stepd = dir + "/slurmstepd";
+  std::filesystem::copy_file("/bin/bash", stepd);
+  std::vector<std::unique_ptr<Process>> senders;
+  auto slurm_kill = [&](pid_t pid) {
+    senders.push_back(std::make_unique<Process>(
+        std::vector<std::string>{stepd, "-c", "kill -TERM " + std::to_string(pid) + " && touch " + dir + "/sent; sleep 30"}));
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!std::filesystem::exists(dir + "/sent") && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return std::filesystem::remove(dir + "/sent");
+  };
+  std::vector<std::string> args = {"-np", "2", "--kill-grace", "20"};
+  if (agent) args.insert(args.end(), {"-H", "fakehost:2", "--launch-command", "sh -c \"exec \\\"\\$@\\\"\" {host}"});
+  args.insert(args.end(), {"sh", "-c",
+                           "echo $$ $PPID > " + dir + "/pid$HOROVOD_RANK; "
+                           "if [ $HOROVOD_RANK = 1 ]; then trap 'touch " + dir + "/term; sleep 1; echo saved; exit 0' TERM; fi; "
+                           "while :; do sleep 0.05; done"});
+  Process p(hvd(args));
+  ASSERT_TRUE(wait_for_lines(dir + "/pid0", 1, 30) && wait_for_lines(dir + "/pid1", 1, 30));
+  std::istringstream ids(read_file(dir + "/pid0"));
+  pid_t rank0, parent;
+  ids >> rank0 >> parent;
+  ASSERT_TRUE(slurm_kill(rank0));
+  // hvdrun names rank 0 and sends SIGTERM to rank 1, whose handler starts.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!std::filesystem::exists(dir + "/term") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/term"));
+  ASSERT_TRUE(slurm_kill(parent));   // the agent, or hvdrun
+  ASSERT_TRUE(slurm_kill(p.pid()));  // hvdrun, again or first
+  auto o = p.wait(30);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 143) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: rank 0 (host " + std::string(agent ? "fakehost" : "localhost") +
+                       ") was killed by signal 15 (SIGTERM)"),
+            std::string::npos)
+      << o.err;
+  const std::string said =
+      "hvdrun: received SIGTERM from Slurm (the job was cancelled or reached its time limit), terminating the job\n";
+  size_t at = o.err.find(said);
+  EXPECT_NE(at, std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find(said, at + 1), std::string::npos) << "said twice:\n" << o.err;
+  EXPECT_NE(o.out.find("[1]<stdout>:saved\n"), std::string::npos) << "rank 1's SIGTERM handler was cut short\n" << o.err;
+  std::filesystem::remove_all(dir);
+}
+INSTANTIATE_TEST_SUITE_P(HvdrunOrAgent, LaunchSlurmSignal, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? std::string("Agent") : std::string("Hvdrun"); });
+
 TEST(Launch, SigkillOfHvdrunLeavesNoWorkerNorChild) {
   std::string dir = make_temp_dir();
   std::string pids = dir + "/pids";

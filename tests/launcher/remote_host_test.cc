@@ -389,5 +389,72 @@ TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
   cleanup();
 }
 
+
+// An agent's reports with fields of the wrong type or out of range are passed over: the
+// relay thread threw (json::value on a type mismatch, std::terminate) and hvdrun died.
+TEST(RemoteHost, MalformedReportsArePassedOverNotThrownOn) {
+  auto link = std::make_unique<StdinLink>();
+  StdinLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  host.start(agent, sink);
+  fake->say(Type::kStdinTaken, "{\"bytes\":\"many\"}");
+  fake->say(Type::kStdinTaken, "{\"closed\":1}");
+  fake->say(Type::kExited, "{\"rank\":[1]}");
+  fake->say(Type::kSlurmSignal, "{\"signal\":\"TERM\"}");
+  fake->say(Type::kSlurmSignal, "{\"signal\":9}");     // SIGKILL: not a signal anyone heard
+  fake->say(Type::kSlurmSignal, "{\"signal\":1000}");  // no such signal
+  fake->say(Type::kSlurmSignal, "{\"signal\":1e400}");
+  fake->say(Type::kDone, "{\"code\":\"0\",\"lost_contact_s\":99999999999}");
+  AgentResult r = agent.run({});
+  host.join();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(sink.notices.empty()) << sink.notices.front();
+}
+
+// Slurm's SIGTERM to a cancelled or timed-out job reaches the ranks before their agent
+// (proctrack walks the tree from its leaves), and the batch step, where hvdrun runs, after
+// the other steps: hvdrun may be tearing down on a rank killed by it by the time an agent
+// reports its own. It is said then, once however many agents report it; it used to go
+// unsaid (an agent tearing down took it for a second interrupt).
+TEST(RemoteHost, SlurmSignalReportedDuringATeardownIsSaidOnce) {
+  auto link = std::make_unique<StdinLink>();
+  StdinLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  RecordingSink sink;
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  host.start(agent, sink);
+  std::thread t([&] {
+    fake->say(Type::kFailed, "{\"rank\":0,\"status\":15}");  // killed by SIGTERM
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < deadline) {  // until hvdrun has named it (its teardown began)
+      {
+        std::lock_guard<std::mutex> lk(sink.mu);
+        if (!sink.notices.empty()) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    fake->say(Type::kSlurmSignal, "{\"signal\":15}");
+    fake->say(Type::kSlurmSignal, "{\"signal\":15}");  // another host's agent, or a second scancel
+    fake->say(Type::kDone, "{\"code\":143}");
+  });
+  AgentResult r = agent.run({});
+  t.join();
+  host.join();
+  EXPECT_EQ(r.exit_code, 143);
+  const std::string said =
+      "hvdrun: received SIGTERM from Slurm (the job was cancelled or reached its time limit), terminating the job";
+  ASSERT_EQ(sink.notices.size(), 2u);
+  EXPECT_EQ(sink.notices[0], "hvdrun: rank 0 (host b) was killed by signal 15 (SIGTERM)");
+  EXPECT_EQ(sink.notices[1], said);
+}
+
 }  // namespace
 }  // namespace hvdrun

@@ -145,7 +145,9 @@ class Engine {
   // 0: nothing to do; 1: local requests to announce; 2: a peer started a cycle.
   int work_now();
   void wait_for_event(int timeout_ms);
-  void wake();  // tells whichever thread waits for events that local work arrived
+  // Tells whichever thread waits for events that local work arrived; `unpark`: and ends the
+  // background thread's pause (park()).
+  void wake(bool unpark = true);
   Status cycle();
   void build_message(std::string* out);  // this rank's cycle message, framed for allgather_bytes
   // Where the eager data lies in a message whose bit vector is `bits`: (cache id, offset of
@@ -185,6 +187,7 @@ class Engine {
   int wake_fd_ = -1;                   // eventfd: local work arrived (TCP waits)
   std::atomic<uint32_t> wake_word_{0};  // the same as a futex word (shared-memory waits)
   std::atomic<uint32_t> wake_seen_{0};  // the wake word's value the waiters have seen
+  std::atomic<int> event_waiters_{0};   // threads in (or entering) a wait on the word or eventfd
 
   mutable std::mutex mu_;  // guards ops_, local_, queue_, broken_, stopping_, stats_
   std::condition_variable done_cv_;

@@ -751,6 +751,35 @@ TEST(Engine, IdleEngineRunsASingleRequestWithoutWaitingForACycle) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
 }
 
+// A request submitted right after a wait, that no thread then waits for (hvd_poll only),
+// still runs on every rank: the submit no longer calls the background thread out of the
+// pause that follows a wait (the wait that usually comes next drives it), and the pause's
+// own look for pending requests must find it.
+TEST(Engine, AnAsyncRequestNobodyWaitsForRunsAfterAWait) {
+  const int n = 2;
+  Job job(n);
+  auto res = on_all(n, [&](int r) -> std::string {
+    Engine& e = *job.engines[r];
+    std::vector<float> in(256, 1.f), out(256), polled(256);
+    for (int i = 0; i < 5; ++i) {
+      auto h = e.submit(allreduce_req("blocking", in.data(), out.data(), 256, HVD_FLOAT32, HVD_OP_SUM));
+      if (!h) return h.error().message;
+      if (auto s = e.wait(*h); !s) return s.error().message;
+      auto a = e.submit(allreduce_req("polled", in.data(), polled.data(), 256, HVD_FLOAT32, HVD_OP_SUM));
+      if (!a) return a.error().message;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (e.poll(*a) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) return "round " + std::to_string(i) + ": it never ran";
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (auto s = e.wait(*a); !s) return s.error().message;
+      if (polled[255] != 2.f) return "wrong sum " + std::to_string(polled[255]);
+    }
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
+}
+
 TEST(Engine, BroadcastAllgathervAlltoallReducescatter) {
   for (int n : {1, 2, 3, 4}) {
     Job job(n);

@@ -765,7 +765,7 @@ size_t Engine::EagerLayout::offset(size_t id) const {
 }
 
 const Engine::EagerLayout& Engine::eager_layout(const std::vector<uint64_t>& bits) {
-  if (eager_memo_.cache_epoch != cache_epoch_ || eager_memo_.bits != bits) compute_eager_layout(bits, &eager_memo_);
+  if (!eager_memo_.holds(bits, cache_epoch_)) compute_eager_layout(bits, &eager_memo_);
   return eager_memo_;
 }
 
@@ -869,21 +869,25 @@ Status Engine::process(const std::vector<std::string>& raw) {
     for (int q = 0; q < r && !eager_at[r]; ++q)
       if (eager_at[q] && msgs[q].bits == msgs[r].bits) eager_at[r] = eager_at[q];
     if (eager_at[r]) continue;
-    if (eager_memo_.cache_epoch == cache_epoch_ && eager_memo_.bits == msgs[r].bits) {
+    if (eager_memo_.holds(msgs[r].bits, cache_epoch_)) {
       eager_at[r] = &eager_memo_;
     } else {
       compute_eager_layout(msgs[r].bits, &other_layouts.emplace_back());
       eager_at[r] = &other_layouts.back();
     }
   }
-  // The data of requests announced in full, after the cached ones (as build_message put it).
-  std::vector<std::vector<const char*>> full_data(n);
+  // The data of requests announced in full, after the cached ones (as build_message put
+  // it): by name, each rank's (null where a rank sent none).
+  std::unordered_map<std::string, std::vector<const char*>> fresh_data;
   for (int r = 0; r < n; ++r) {
     if (!eager_at[r]) continue;
     size_t end = eager_at[r]->total;
     for (auto& sp : msgs[r].specs) {
       size_t at = place_eager(sp, &end);
-      full_data[r].push_back(at == EagerLayout::kNotEager ? nullptr : msgs[r].eager.data() + at);
+      if (at == EagerLayout::kNotEager) continue;
+      auto& d = fresh_data[sp.name];
+      d.resize(n, nullptr);
+      d[r] = msgs[r].eager.data() + at;
     }
     if (end != msgs[r].eager.size())
       return Error{"rank " + std::to_string(opts_.rank) + ": negotiation message from rank " + std::to_string(r) +
@@ -993,15 +997,8 @@ Status Engine::process(const std::vector<std::string>& raw) {
   }
   // Full announcements into the table (with, for this cycle, where each rank's eager data is).
   double t = now_s();
-  std::unordered_map<std::string, std::vector<const char*>> fresh_data;
   for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < msgs[r].specs.size(); ++i) {
-      const Spec& s = msgs[r].specs[i];
-      if (i < full_data[r].size() && full_data[r][i]) {
-        auto& d = fresh_data[s.name];
-        d.resize(n, nullptr);
-        d[r] = full_data[r][i];
-      }
+    for (const Spec& s : msgs[r].specs) {
       auto [it, fresh] = table_.try_emplace(s.name);
       if (fresh) {
         it->second.seq = next_seq_++;

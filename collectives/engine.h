@@ -159,6 +159,8 @@ class Engine {
     size_t total = 0;
     uint64_t cache_epoch = 0;
     size_t offset(size_t id) const;  // kNotEager when the tensor does not travel eagerly
+    // Whether it is the layout of `b` with the cache as it is (at `epoch`).
+    bool holds(const std::vector<uint64_t>& b, uint64_t epoch) const { return cache_epoch == epoch && bits == b; }
   };
   // Places a host allreduce's data in an eager section whose used part ends at *end: its
   // offset (8-byte aligned; *end moves past it), or kNotEager when it is no host allreduce,

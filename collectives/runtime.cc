@@ -506,18 +506,18 @@ Status Runtime::join(int* last_joined_rank) {
   return w;
 }
 
-Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt), kind_(kind) {
+Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt) {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  std::vector<bool>& busy = rt_.blocking_busy_[kind_];
-  slot_ = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
-  if (slot_ == busy.size()) busy.push_back(false);
-  busy[slot_] = true;
-  name_ = "hvdrun." + kind_ + "." + std::to_string(slot_);
+  busy_ = &rt_.blocking_busy_[kind];
+  slot_ = static_cast<size_t>(std::find(busy_->begin(), busy_->end(), false) - busy_->begin());
+  if (slot_ == busy_->size()) busy_->push_back(false);
+  (*busy_)[slot_] = true;
+  name_ = std::string("hvdrun.") + kind + "." + std::to_string(slot_);
 }
 
 Runtime::BlockingName::~BlockingName() {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  rt_.blocking_busy_[kind_][slot_] = false;
+  (*busy_)[slot_] = false;
 }
 
 namespace {

@@ -76,7 +76,8 @@ class Runtime {
 
    private:
     Runtime& rt_;
-    std::string kind_, name_;
+    std::vector<bool>* busy_;  // its kind's slots (a map node: stays put)
+    std::string name_;
     size_t slot_;
   };
   Status barrier();
@@ -105,7 +106,7 @@ class Runtime {
   std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
   int gpu_generation_ = 0;
   std::mutex blocking_mu_;
-  std::map<std::string, std::vector<bool>> blocking_busy_;  // by kind: the slots held
+  std::map<std::string, std::vector<bool>> blocking_busy_;  // by kind: the slots held (never erased)
   Status connect_ring();
   Status start_engine();
   Status ensure_gpu();

@@ -379,11 +379,13 @@ Result<hvd_handle_t> Engine::submit(Request r) {
     if (opts_.timeline) opts_.timeline->phase(op->req.spec.name, "QUEUE");
   }
   // A thread that drives (runs cycles in wait()) takes it in its next cycle. The background
-  // thread is not called out of its pause: in a loop of submit and wait (a training step's
-  // synchronize, hvd_allreduce_async + hvd_wait) the wait comes next and drives, and the
-  // background thread, woken here, took the cycle first and handed the result across
-  // threads: 20 us for a 4 KiB allreduce, not 2.5, with the threads on different cores.
-  // Nobody waits on it: the pause looks for pending requests each millisecond.
+  // thread is not called out of its pause (park(), for park_idle after a wait): in a loop of
+  // submit and wait (a training step's synchronize, hvd_allreduce_async + hvd_wait) the wait
+  // comes next and drives, and the background thread, woken here, took the cycle first and
+  // handed the result across threads: 20 us for a 4 KiB allreduce, not 2.5, with the
+  // threads on different cores (calling it out after a grace cost the same). A poll ends the
+  // pause; otherwise the pause looks for pending requests at its end, so a request nobody
+  // waits for or polls starts at most park_idle late.
   if (!t_caller_waits) wake(/*unpark=*/false);
   return op->handle;
 }
@@ -405,7 +407,14 @@ int Engine::poll(hvd_handle_t h) {
   auto op = find(h);
   if (!op) return -1;
   std::lock_guard<std::mutex> lk(mu_);
-  return op->done ? 1 : 0;
+  if (op->done) return 1;
+  // Polled, not waited for: nobody drives it, so the background thread's pause after a
+  // wait ends now rather than at its next look (see submit).
+  if (parked_) {
+    kicked_ = true;
+    park_cv_.notify_one();
+  }
+  return 0;
 }
 
 void Engine::release(hvd_handle_t h) {
@@ -545,11 +554,11 @@ void Engine::background() {
 }
 
 // While threads in wait() run the cycles, the background thread stays off the ring (their
-// peers' messages would wake it for nothing), and for a millisecond after the last one left:
-// a loop of blocking calls comes straight back. A submit (wake()) ends the pause at once,
-// and there is none while this rank has requests pending. So the pause delays only a peer's
-// cycle that this rank has nothing for: it would join with an empty message, and whatever
-// that cycle could complete needs this rank's submit, which starts a cycle at once.
+// peers' messages would wake it for nothing), and for park_idle after the last one left: a
+// loop of blocking calls comes straight back. A poll or stop() ends the pause at once; a
+// submit does not (see there): a request pending at its end is driven then. Otherwise the
+// pause delays only a peer's cycle that this rank has nothing for: it would join with an
+// empty message, and whatever that cycle could complete needs this rank's request.
 void Engine::park() {
   std::unique_lock<std::mutex> lk(mu_);
   parked_ = true;
@@ -558,9 +567,9 @@ void Engine::park() {
     auto now = std::chrono::steady_clock::now();
     if (want_drive_.load() > 0)
       idle_since = now;
-    else if (!local_.empty() || now - idle_since >= std::chrono::milliseconds(1))
+    else if (now - idle_since >= opts_.park_idle)
       break;
-    park_cv_.wait_for(lk, std::chrono::milliseconds(1));
+    park_cv_.wait_for(lk, opts_.park_idle - (now - idle_since));
   }
   kicked_ = false;
   parked_ = false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -71,6 +72,10 @@ struct EngineOptions {
   // reduces it from the messages, one exchange and no ring. 0: never (tests of the ring and
   // fusion paths).
   size_t eager_bytes = 64 << 10;
+  // How long the background thread keeps off the ring after the last wait() that ran cycles
+  // (a loop of blocking calls comes straight back); a request submitted meanwhile that
+  // nobody waits for or polls starts at its end at the latest.
+  std::chrono::microseconds park_idle{1000};
   double stall_check_s = 60;     // HVDRUN_STALL_CHECK_TIME_SECONDS, 0: off
   double stall_shutdown_s = 0;   // HVDRUN_STALL_SHUTDOWN_TIME_SECONDS, 0: never
   std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)

@@ -455,7 +455,9 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   // second interrupt as SIGKILL). Taken for one, it SIGKILLed the ranks on the very host
   // where the failure was, cutting their SIGTERM handlers short.
   if (from_launcher && tearing_down_ && sig != SIGKILL) return;
-  if (!from_launcher && sig != SIGKILL && sent_by_slurm(sender)) {
+  // Slurm's SIGTERM only (a cancel or the time limit); other signals from its step daemon
+  // (srun forwarding a Ctrl-C, scancel --signal) are the user's, as any other.
+  if (!from_launcher && sig == SIGTERM && sent_by_slurm(sender)) {
     handle_slurm_signal(sig);
     return;
   }

@@ -36,8 +36,12 @@ T field(const nlohmann::json& j, const char* key, T fallback) {
     return it->is_string() ? it->template get<std::string>() : fallback;
   else if constexpr (std::is_unsigned_v<T>)
     return it->is_number_unsigned() ? it->template get<T>() : fallback;
+  else if (it->is_number_unsigned())  // (compared as signed, 2^64 - 1 passed as -1)
+    return it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? it->template get<T>()
+                                                                                                 : fallback;
   else
-    return it->is_number_integer() && *it >= std::numeric_limits<T>::min() && *it <= std::numeric_limits<T>::max()
+    return it->is_number_integer() && it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                   it->template get<int64_t>() <= std::numeric_limits<T>::max()
                ? it->template get<T>()
                : fallback;
 }
@@ -240,7 +244,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
           stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, field(j, "bytes", uint64_t{0}));
       } else if (f.type == Type::kSlurmSignal) {
         int sig = field(nlohmann::json::parse(f.payload, nullptr, false), "signal", 0);
-        if (sig > 0 && sig < NSIG && sig != SIGKILL) agent.slurm_signal(sig);
+        if (sig == SIGTERM) agent.slurm_signal(sig);  // what an agent reports (handle_signal)
       } else if (f.type == Type::kExited) {
         auto j = nlohmann::json::parse(f.payload, nullptr, false);
         if (j.is_object()) agent.remote_exited_0(field(j, "rank", -1));

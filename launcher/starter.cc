@@ -74,10 +74,19 @@ class TemplateStarter : public AgentStarter {
 // grows, as HostLink::stderr_text promises (the relay shows what follows the part it
 // showed). Kept apart and joined on each call, srun's line after task 0's shifted task
 // 0's under the relay's offset: the end of a line was shown again and srun's was lost.
+// srun's lines and each task's are kept up to kKept bytes each.
 struct SrunOutput {
+  static constexpr size_t kKept = 64u << 10;
   std::mutex mu;
   std::vector<std::string> by_task;
-  std::string own;  // before the tasks are known
+  std::vector<size_t> task_bytes;
+  size_t own_bytes = 0;
+  std::string last;  // the last line, whoever's
+  void start(size_t tasks) {
+    std::lock_guard<std::mutex> lk(mu);
+    by_task.assign(tasks, "");
+    task_bytes.assign(tasks, 0);
+  }
   void add_line(const std::string& line) {
     // srun's warning about --cpu-bind=none where Slurm binds nothing anyway (task/none).
     if (line.find("cluster configuration lacks support for cpu binding") != std::string::npos) return;
@@ -88,12 +97,13 @@ struct SrunOutput {
       id.erase(0, id.find_first_not_of(' '));
       auto n = parse_int(id, "task", 0, 1 << 24);
       if (n && static_cast<size_t>(*n) < by_task.size()) {
-        if (by_task[*n].size() < (64u << 10)) by_task[*n] += line.substr(colon + 2) + "\n";
+        last = line.substr(colon + 2);
+        keep(*n, last, &task_bytes[*n]);
         return;
       }
     }
-    std::string& to = by_task.empty() ? own : by_task[0];
-    if (to.size() < (64u << 10)) to += line + "\n";
+    last = line;
+    keep(0, line, &own_bytes);
   }
   std::string text(int task) {
     std::lock_guard<std::mutex> lk(mu);
@@ -101,11 +111,14 @@ struct SrunOutput {
   }
   std::string last_line() {
     std::lock_guard<std::mutex> lk(mu);
-    std::string all = own;
-    for (const auto& t : by_task) all += t;
-    while (!all.empty() && all.back() == '\n') all.pop_back();
-    size_t nl = all.rfind('\n');
-    return nl == std::string::npos ? all : all.substr(nl + 1);
+    return last;
+  }
+
+ private:
+  void keep(size_t task, const std::string& line, size_t* budget) {
+    if (task >= by_task.size() || *budget >= kKept) return;
+    by_task[task] += line + "\n";
+    *budget += line.size() + 1;
   }
 };
 
@@ -163,7 +176,7 @@ class SrunStarter : public AgentStarter {
 
   Status begin(const std::vector<std::string>& hosts, Clock::time_point deadline) override {
     hosts_ = hosts;
-    out_->by_task.assign(hosts.size(), "");
+    out_->start(hosts.size());
     UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     int one = 1;
     sockaddr_in a{};

@@ -498,6 +498,10 @@ TEST(Engine, AMessageAnnouncingOneNameTwiceIsRefusedNotReadPastItsData) {
   auto rings = make_rings(2, ro);
   Engine e(rings[0].get(), o);
   std::vector<float> in(1000, 1.f), out(1000, 0.f);
+  // Submitted before the peer speaks: its message, arriving first, failed the engine (the
+  // background thread joins the peer's cycle) before the submit, which then got the error.
+  auto h = e.submit(allreduce_req("x", in.data(), out.data(), in.size(), HVD_FLOAT32, HVD_OP_SUM));
+  ASSERT_TRUE(h) << h.error().message;
   auto peer = std::async(std::launch::async, [&] {
     RawMessage m;
     m.put<uint8_t>(0);   // flags
@@ -515,8 +519,6 @@ TEST(Engine, AMessageAnnouncingOneNameTwiceIsRefusedNotReadPastItsData) {
     all[1] = m.out;
     return rings[1]->allgather_bytes(&all);
   });
-  auto h = e.submit(allreduce_req("x", in.data(), out.data(), in.size(), HVD_FLOAT32, HVD_OP_SUM));
-  ASSERT_TRUE(h) << h.error().message;
   auto st = e.wait(*h);
   ASSERT_EQ(peer.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_TRUE(peer.get());
@@ -751,13 +753,15 @@ TEST(Engine, IdleEngineRunsASingleRequestWithoutWaitingForACycle) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
 }
 
-// A request submitted right after a wait, that no thread then waits for (hvd_poll only),
-// still runs on every rank: the submit no longer calls the background thread out of the
-// pause that follows a wait (the wait that usually comes next drives it), and the pause's
-// own look for pending requests must find it.
-TEST(Engine, AnAsyncRequestNobodyWaitsForRunsAfterAWait) {
+// A request submitted right after a wait (the background thread keeps off the ring for
+// park_idle after one, and a submit does not call it out: the wait that usually follows
+// drives) and then only polled (hvd_poll) runs at once on every rank: a poll ends the
+// pause. The pause is a minute here, past the deadline: without that, it never ran.
+TEST(Engine, AnAsyncRequestOnlyPolledAfterAWaitRuns) {
   const int n = 2;
-  Job job(n);
+  EngineOptions o;
+  o.park_idle = std::chrono::seconds(60);
+  Job job(n, o);
   auto res = on_all(n, [&](int r) -> std::string {
     Engine& e = *job.engines[r];
     std::vector<float> in(256, 1.f), out(256), polled(256);

@@ -409,7 +409,10 @@ TEST(RemoteHost, MalformedReportsArePassedOverNotThrownOn) {
   fake->say(Type::kSlurmSignal, "{\"signal\":9}");     // SIGKILL: not a signal anyone heard
   fake->say(Type::kSlurmSignal, "{\"signal\":1000}");  // no such signal
   fake->say(Type::kSlurmSignal, "{\"signal\":1e400}");
-  fake->say(Type::kDone, "{\"code\":\"0\",\"lost_contact_s\":99999999999}");
+  fake->say(Type::kSlurmSignal, "{\"signal\":19}");  // SIGSTOP: agents report Slurm's SIGTERM only
+  fake->say(Type::kExited, "{\"rank\":\"0\"}");
+  // 2^64 - 1 was compared as a signed number (-1) and taken: exit code 255.
+  fake->say(Type::kDone, "{\"code\":18446744073709551615,\"lost_contact_s\":99999999999}");
   AgentResult r = agent.run({});
   host.join();
   EXPECT_EQ(r.exit_code, 0);

@@ -176,33 +176,45 @@ class RecordingLink : public FakeLink {
   std::optional<Clock::time_point> exits_at_;
 };
 
+// One remote host "b" on a fake link, relaying into an agent (hvdrun's side of the job).
+template <class L>
+struct Relayed {
+  explicit Relayed(std::unique_ptr<L> l)
+      : fake(l.get()), starter(std::move(l)), host("b", RemoteSettings{}, starter), agent(AgentOptions{}, sink, nullptr) {}
+  // Takes the link's hello and starts the relay thread (false: the hello was refused).
+  bool start() {
+    if (!host.connect(Clock::now() + std::chrono::seconds(5)).ok()) return false;
+    agent.set_remotes({&host});
+    host.start(agent, sink);
+    return true;
+  }
+  L* fake;
+  OneLinkStarter starter;
+  RemoteHost host;
+  RecordingSink sink;
+  LocalAgent agent;
+};
+
 // Before hvdrun stops itself on Ctrl-Z it waits until the SIGSTOP for a remote host has
 // been written to its link (the relay thread stops with hvdrun).
 TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
-  auto link = std::make_unique<RecordingLink>();
-  RecordingLink* fake = link.get();
-  OneLinkStarter starter(std::move(link));
-  RemoteHost host("b", RemoteSettings{}, starter);
-  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  agent.set_remotes({&host});
-  host.start(agent, sink);
+  Relayed<RecordingLink> rh(std::make_unique<RecordingLink>());
+  ASSERT_TRUE(rh.start());
   int written_at_return = -1;
   double waited = -1;
   std::thread t([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    host.signal(SIGSTOP);
-    host.signal(SIGCONT);
+    rh.host.signal(SIGSTOP);
+    rh.host.signal(SIGCONT);
     auto t0 = Clock::now();
-    host.wait_signals_sent(5);
+    rh.host.wait_signals_sent(5);
     waited = std::chrono::duration<double>(Clock::now() - t0).count();
-    written_at_return = fake->signals_written.load();
-    fake->say_done();
+    written_at_return = rh.fake->signals_written.load();
+    rh.fake->say_done();
   });
-  AgentResult r = agent.run({});
+  AgentResult r = rh.agent.run({});
   t.join();
-  host.join();
+  rh.host.join();
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(written_at_return, 2);
   EXPECT_LT(waited, 4);
@@ -242,63 +254,49 @@ class StdinLink : public FakeLink {
 // kStdinWindow bytes that the agent has not said were taken. A rank 0 that did not read
 // held every byte of hvdrun's stdin in its agent's memory (314 MB after 18 s of a fast pipe).
 TEST(RemoteHost, StdinBeyondTheWindowWaitsUntilRankZeroTakesIt) {
-  auto link = std::make_unique<StdinLink>();
-  StdinLink* fake = link.get();
-  OneLinkStarter starter(std::move(link));
-  RemoteHost host("b", RemoteSettings{}, starter);
-  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  agent.set_remotes({&host});
-  host.start(agent, sink);
+  Relayed<StdinLink> rh(std::make_unique<StdinLink>());
+  ASSERT_TRUE(rh.start());
   const size_t window = agentwire::kStdinWindow, chunk = 1 << 20;
   std::thread pump([&] {  // hvdrun's stdin: three windows' worth
-    for (size_t sent = 0; sent < 3 * window; sent += chunk) host.send_stdin(std::string(chunk, 'x'));
+    for (size_t sent = 0; sent < 3 * window; sent += chunk) rh.host.send_stdin(std::string(chunk, 'x'));
   });
   auto settle = [&] {  // until the relay has sent all it may (it stops short, or at all)
     size_t last = SIZE_MAX;
-    for (int i = 0; i < 100 && fake->stdin_bytes.load() != last; ++i) {
-      last = fake->stdin_bytes.load();
+    for (int i = 0; i < 100 && rh.fake->stdin_bytes.load() != last; ++i) {
+      last = rh.fake->stdin_bytes.load();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return fake->stdin_bytes.load();
+    return rh.fake->stdin_bytes.load();
   };
   size_t first = settle();
-  fake->say(Type::kStdinTaken, "{\"bytes\":" + std::to_string(window) + "}");
+  rh.fake->say(Type::kStdinTaken, "{\"bytes\":" + std::to_string(window) + "}");
   size_t second = settle();
-  fake->say(Type::kStdinTaken, "{\"closed\":true}");  // rank 0 closed its stdin: the rest is dropped
+  rh.fake->say(Type::kStdinTaken, "{\"closed\":true}");  // rank 0 closed its stdin: the rest is dropped
   pump.join();
-  fake->say(Type::kDone, "{\"code\":0}");
-  AgentResult r = agent.run({});
-  host.join();
+  rh.fake->say(Type::kDone, "{\"code\":0}");
+  AgentResult r = rh.agent.run({});
+  rh.host.join();
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(first, window) << "stdin sent before rank 0 had taken any";
   EXPECT_EQ(second, 2 * window) << "stdin sent once rank 0 had taken one window";
-  EXPECT_LE(fake->stdin_bytes.load(), 2 * window) << "stdin sent after rank 0 closed its stdin";
+  EXPECT_LE(rh.fake->stdin_bytes.load(), 2 * window) << "stdin sent after rank 0 closed its stdin";
 }
 
 // After its kDone the agent only exits; hvdrun returns once it has (its output ended), and
 // shows what it said on stderr on its way out. hvdrun used to return at the kDone: an agent
 // slow to exit outlived the job unseen (CI: one still running 10 s after hvdrun ended).
 TEST(RemoteHost, RelayEndsOnceTheAgentHasExitedAfterItsLastReport) {
-  auto link = std::make_unique<RecordingLink>(/*exit_after=*/0.5, "leak report\n");
-  RecordingLink* fake = link.get();
-  OneLinkStarter starter(std::move(link));
-  RemoteHost host("b", RemoteSettings{}, starter);
-  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  agent.set_remotes({&host});
-  host.start(agent, sink);
-  fake->say_done();
-  AgentResult r = agent.run({});
+  Relayed<RecordingLink> rh(std::make_unique<RecordingLink>(/*exit_after=*/0.5, "leak report\n"));
+  ASSERT_TRUE(rh.start());
+  rh.fake->say_done();
+  AgentResult r = rh.agent.run({});
   auto ended = Clock::now();
-  host.join();
+  rh.host.join();
   EXPECT_EQ(r.exit_code, 0);
-  ASSERT_TRUE(fake->exited_at) << "the job ended before the agent had exited";
-  EXPECT_GE(ended, *fake->exited_at);
-  ASSERT_EQ(sink.notices.size(), 1u);
-  EXPECT_EQ(sink.notices[0], "hvdrun: b: leak report");
+  ASSERT_TRUE(rh.fake->exited_at) << "the job ended before the agent had exited";
+  EXPECT_GE(ended, *rh.fake->exited_at);
+  ASSERT_EQ(rh.sink.notices.size(), 1u);
+  EXPECT_EQ(rh.sink.notices[0], "hvdrun: b: leak report");
 }
 
 // A client (or agent) that says why on stderr and ends: its words come with the EOF.
@@ -393,30 +391,23 @@ TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
 // An agent's reports with fields of the wrong type or out of range are passed over: the
 // relay thread threw (json::value on a type mismatch, std::terminate) and hvdrun died.
 TEST(RemoteHost, MalformedReportsArePassedOverNotThrownOn) {
-  auto link = std::make_unique<StdinLink>();
-  StdinLink* fake = link.get();
-  OneLinkStarter starter(std::move(link));
-  RemoteHost host("b", RemoteSettings{}, starter);
-  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  agent.set_remotes({&host});
-  host.start(agent, sink);
-  fake->say(Type::kStdinTaken, "{\"bytes\":\"many\"}");
-  fake->say(Type::kStdinTaken, "{\"closed\":1}");
-  fake->say(Type::kExited, "{\"rank\":[1]}");
-  fake->say(Type::kSlurmSignal, "{\"signal\":\"TERM\"}");
-  fake->say(Type::kSlurmSignal, "{\"signal\":9}");     // SIGKILL: not a signal anyone heard
-  fake->say(Type::kSlurmSignal, "{\"signal\":1000}");  // no such signal
-  fake->say(Type::kSlurmSignal, "{\"signal\":1e400}");
-  fake->say(Type::kSlurmSignal, "{\"signal\":19}");  // SIGSTOP: agents report Slurm's SIGTERM only
-  fake->say(Type::kExited, "{\"rank\":\"0\"}");
+  Relayed<StdinLink> rh(std::make_unique<StdinLink>());
+  ASSERT_TRUE(rh.start());
+  rh.fake->say(Type::kStdinTaken, "{\"bytes\":\"many\"}");
+  rh.fake->say(Type::kStdinTaken, "{\"closed\":1}");
+  rh.fake->say(Type::kExited, "{\"rank\":[1]}");
+  rh.fake->say(Type::kSlurmSignal, "{\"signal\":\"TERM\"}");
+  rh.fake->say(Type::kSlurmSignal, "{\"signal\":9}");     // SIGKILL: not a signal anyone heard
+  rh.fake->say(Type::kSlurmSignal, "{\"signal\":1000}");  // no such signal
+  rh.fake->say(Type::kSlurmSignal, "{\"signal\":1e400}");
+  rh.fake->say(Type::kSlurmSignal, "{\"signal\":19}");  // SIGSTOP: agents report Slurm's SIGTERM only
+  rh.fake->say(Type::kExited, "{\"rank\":\"0\"}");
   // 2^64 - 1 was compared as a signed number (-1) and taken: exit code 255.
-  fake->say(Type::kDone, "{\"code\":18446744073709551615,\"lost_contact_s\":99999999999}");
-  AgentResult r = agent.run({});
-  host.join();
+  rh.fake->say(Type::kDone, "{\"code\":18446744073709551615,\"lost_contact_s\":99999999999}");
+  AgentResult r = rh.agent.run({});
+  rh.host.join();
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_TRUE(sink.notices.empty()) << sink.notices.front();
+  EXPECT_TRUE(rh.sink.notices.empty()) << rh.sink.notices.front();
 }
 
 // Slurm's SIGTERM to a cancelled or timed-out job reaches the ranks before their agent
@@ -425,38 +416,31 @@ TEST(RemoteHost, MalformedReportsArePassedOverNotThrownOn) {
 // reports its own. It is said then, once however many agents report it; it used to go
 // unsaid (an agent tearing down took it for a second interrupt).
 TEST(RemoteHost, SlurmSignalReportedDuringATeardownIsSaidOnce) {
-  auto link = std::make_unique<StdinLink>();
-  StdinLink* fake = link.get();
-  OneLinkStarter starter(std::move(link));
-  RemoteHost host("b", RemoteSettings{}, starter);
-  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
-  RecordingSink sink;
-  LocalAgent agent(AgentOptions{}, sink, nullptr);
-  agent.set_remotes({&host});
-  host.start(agent, sink);
+  Relayed<StdinLink> rh(std::make_unique<StdinLink>());
+  ASSERT_TRUE(rh.start());
   std::thread t([&] {
-    fake->say(Type::kFailed, "{\"rank\":0,\"status\":15}");  // killed by SIGTERM
+    rh.fake->say(Type::kFailed, "{\"rank\":0,\"status\":15}");  // killed by SIGTERM
     auto deadline = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < deadline) {  // until hvdrun has named it (its teardown began)
       {
-        std::lock_guard<std::mutex> lk(sink.mu);
-        if (!sink.notices.empty()) break;
+        std::lock_guard<std::mutex> lk(rh.sink.mu);
+        if (!rh.sink.notices.empty()) break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    fake->say(Type::kSlurmSignal, "{\"signal\":15}");
-    fake->say(Type::kSlurmSignal, "{\"signal\":15}");  // another host's agent, or a second scancel
-    fake->say(Type::kDone, "{\"code\":143}");
+    rh.fake->say(Type::kSlurmSignal, "{\"signal\":15}");
+    rh.fake->say(Type::kSlurmSignal, "{\"signal\":15}");  // another host's agent, or a second scancel
+    rh.fake->say(Type::kDone, "{\"code\":143}");
   });
-  AgentResult r = agent.run({});
+  AgentResult r = rh.agent.run({});
   t.join();
-  host.join();
+  rh.host.join();
   EXPECT_EQ(r.exit_code, 143);
   const std::string said =
       "hvdrun: received SIGTERM from Slurm (the job was cancelled or reached its time limit), terminating the job";
-  ASSERT_EQ(sink.notices.size(), 2u);
-  EXPECT_EQ(sink.notices[0], "hvdrun: rank 0 (host b) was killed by signal 15 (SIGTERM)");
-  EXPECT_EQ(sink.notices[1], said);
+  ASSERT_EQ(rh.sink.notices.size(), 2u);
+  EXPECT_EQ(rh.sink.notices[0], "hvdrun: rank 0 (host b) was killed by signal 15 (SIGTERM)");
+  EXPECT_EQ(rh.sink.notices[1], said);
 }
 
 }  // namespace

@@ -131,6 +131,10 @@ Status Ring::step(const char* send, size_t send_len, char* recv, size_t recv_len
   spec.recv_window = window;
   spec.on_recv_direct = on_recv_direct;
   spec.direct_unit = unit;
+  return run(spec);
+}
+
+Status Ring::run(const transport::TransferSpec& spec) {
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us, opts_.spin_yields);
   if (!s)
     return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
@@ -317,34 +321,35 @@ Status Ring::barrier() {
   return {};
 }
 
-// Variable-length allgather of small byte strings (the engine's negotiation): each step
-// receives an 8-byte length, then the body. A body up to kEagerBytes leaves with its length
-// in one write (it fits any socket buffer, so no rank can block on a neighbour that is
-// still reading its length); a longer one goes in a second step after the lengths.
+// Variable-length allgather of byte strings (the engine's negotiation): each step sends
+// the whole framed string while it receives the peer's 8-byte length, then receives the
+// body while it sends what the channel had no room for. A string that fits the ring or the
+// socket buffers leaves at once (one exchange, not a length round trip first); a longer one
+// never makes both neighbours wait for room only the other's next step frees.
 Status Ring::allgather_bytes(std::vector<std::string>* all) {
   if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
   if (all->size() != static_cast<size_t>(size_) || (*all)[rank_].size() < kFrameBytes)
     return Error{"internal: allgather_bytes needs one framed string per rank", HVD_ERR_INTERNAL};
-  constexpr size_t kEagerBytes = 32 << 10;
   for (int s = 0; s < size_ - 1; ++s) {
     int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
     std::string& body = (*all)[send_b];
     uint64_t len = body.size() - kFrameBytes, got_len = 0;
     std::memcpy(body.data(), &len, sizeof len);
-    bool eager = len <= kEagerBytes;
-    if (auto st = step(body.data(), eager ? body.size() : kFrameBytes, reinterpret_cast<char*>(&got_len), sizeof got_len,
-                       false);
-        !st)
-      return st;
+    size_t sent = 0;
+    transport::TransferSpec first;
+    first.send = body.data();
+    first.send_len = body.size();
+    first.recv = reinterpret_cast<char*>(&got_len);
+    first.recv_len = sizeof got_len;
+    first.sent_out = &sent;
+    if (auto st = run(first); !st) return st;
     if (got_len > (64u << 20))
       return fail(Error{"rank " + std::to_string(rank_) + ": negotiation message of " + std::to_string(got_len) +
                             " bytes from " + left_.peer().describe() + " (corrupt stream)",
                         HVD_ERR_INTERNAL});
     std::string& in = (*all)[recv_b];
     in.resize(kFrameBytes + got_len);
-    if (auto st = step(eager ? nullptr : body.data() + kFrameBytes, eager ? 0 : len, in.data() + kFrameBytes, got_len,
-                       false);
-        !st)
+    if (auto st = step(body.data() + sent, body.size() - sent, in.data() + kFrameBytes, got_len, false); !st)
       return st;
   }
   return {};

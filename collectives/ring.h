@@ -103,6 +103,7 @@ class Ring {
   Status step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
               const std::function<void(size_t, size_t)>& on_recv = {}, size_t window = 0,
               const std::function<void(size_t, const char*, size_t)>& on_recv_direct = {}, size_t unit = 1);
+  Status run(const transport::TransferSpec& spec);  // a transfer on our pairs; a failure breaks the ring
   Status small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status allgather_chunk_steps(char* buf, size_t count, size_t es);

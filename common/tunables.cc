@@ -41,7 +41,8 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
      "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
     {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,
-     "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes; small enough that data in flight stays in cache."},
+     "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes (at least 65536, or 0 for the kernel's default); "
+     "small enough that data in flight stays in cache."},
     {"HVDRUN_SHM", "1", TunableUse::kWorker,
      "1: ranks of one host exchange data through shared-memory rings (memfd, no file in /dev/shm); "
      "0: over loopback TCP."},
@@ -129,6 +130,7 @@ struct Range {
   double min, max;
   std::string_view unit;
   std::string_view note = "";
+  bool zero_too = false;  // 0 is valid as well (it leaves the setting to the system)
 };
 constexpr Range kRanges[] = {
     {"HVDRUN_START_TIMEOUT", 0.001, 1e7, "seconds"},
@@ -136,7 +138,9 @@ constexpr Range kRanges[] = {
     {"HVDRUN_HEARTBEAT_TIMEOUT", 3, 1e7, "seconds", " (longer than the 2 s between heartbeats)"},
     {"HVDRUN_TIMEOUT", 0.001, 1e7, "seconds"},
     {"HVDRUN_SEGMENT_BYTES", 4096, 1 << 30, "bytes"},
-    {"HVDRUN_SOCKET_BUFFER", 0, 1 << 30, "bytes"},
+    // Below loopback's 64 KiB segments a receive window stalls TCP on its persist timer
+    // (hundreds of milliseconds a message).
+    {"HVDRUN_SOCKET_BUFFER", 65536, 1 << 30, "bytes", " (or 0: the kernel's default)", true},
     {"HVDRUN_SHM_RING_BYTES", 4096, 1 << 30, "bytes"},
     {"HVDRUN_FUSION_THRESHOLD", 0, 1ull << 40, "bytes"},
     {"HVDRUN_CYCLE_TIME", 0, 1e6, "milliseconds"},
@@ -158,6 +162,7 @@ Status check_tunables(TunableUse use) {
       v = std::getenv(name.c_str());
     }
     if (!v) continue;
+    if (r.zero_too && parse_double(v, name, 0, 0)) continue;
     if (auto d = parse_double(v, name, r.min, r.max); !d)
       return make_error(ErrorKind::kUsage, d.error().message + " (" + std::string(r.unit) + ")" + std::string(r.note));
   }

@@ -210,7 +210,9 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   const bool direct = in_shm && s.on_recv_direct && !s.send_follows_recv && unit <= 16 && s.recv_len % unit == 0;
   char bounce[16];
   size_t bounce_fill = 0;
-  while (sent < s.send_len || received < s.recv_len) {
+  const bool partial = s.sent_out != nullptr && !s.send_follows_recv;
+  bool tried_send = false;
+  while (received < s.recv_len || (sent < s.send_len && !(partial && tried_send))) {
     bool progressed = false;
     if (received < s.recv_len) {
       char* dst = s.recv + received;
@@ -268,6 +270,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       }
     }
     size_t can_send = s.send_follows_recv ? std::min(received, s.send_len) : s.send_len;
+    tried_send = true;
     if (sent < can_send) {
       const char* src = s.send_follows_recv ? s.recv : s.send;
       if (out_shm) {
@@ -285,6 +288,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         }
       }
     }
+    if (partial && received == s.recv_len) break;
     auto now = Clock::now();
     if (progressed) {
       last_progress = now;
@@ -340,6 +344,7 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
     if (send_waits && out_shm && !out_shm->writable())
       if (auto st = check_alive(*out); !st) return st;
   }
+  if (s.sent_out) *s.sent_out = sent;
   return {};
 }
 

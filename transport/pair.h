@@ -113,6 +113,12 @@ struct TransferSpec {
   // space is given back after each call. Saves the copy into the window.
   std::function<void(size_t offset, const char* data, size_t len)> on_recv_direct;
   size_t direct_unit = 1;
+  // When set, the transfer ends once every byte is received, with as much sent as the
+  // channel took meanwhile (at least one try); *sent_out says how much. A framed exchange
+  // sends its whole message this way while it receives only the peer's length, so it never
+  // waits on room the peer frees only in its next step (a message larger than the ring or
+  // the socket buffers would deadlock both).
+  size_t* sent_out = nullptr;
 };
 
 // `spin_yields`: sched_yield() at each turn of the spin (a rank without a core of its own).

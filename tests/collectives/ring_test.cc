@@ -44,7 +44,7 @@ std::vector<std::string> on_all(int n, Fn fn) {
 // A ring over real pairs on loopback among `members` (global ranks, in ring order); rank
 // r's host is hosts[r] (equal hosts: shared memory). Returns one ring per member.
 std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, RingOptions o,
-                                               const std::vector<std::string>& hosts) {
+                                               const std::vector<std::string>& hosts, size_t shm_ring_bytes = 1 << 16) {
   const int n = static_cast<int>(members.size());
   std::vector<std::unique_ptr<Ring>> rings(n);
   std::string secret = auth::new_secret();
@@ -60,7 +60,7 @@ std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, 
     po.secret = secret;
     po.self_rank = me;
     po.self_host = hosts[me];
-    po.shm_ring_bytes = 1 << 16;  // small: the rings wrap often
+    po.shm_ring_bytes = shm_ring_bytes;  // small (64 KiB by default): the rings wrap often
     po.deadline = transport::Clock::now() + std::chrono::seconds(20);
     Result<transport::Pair> out = Error{""};
     std::thread c([&] { out = transport::connect_pair({right, hosts[right], "127.0.0.1", ls[(i + 1) % n].port}, po); });
@@ -75,10 +75,11 @@ std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, 
   return rings;
 }
 
-std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts) {
+std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts,
+                                                   size_t shm_ring_bytes = 1 << 16) {
   std::vector<int> all(n);
   for (int r = 0; r < n; ++r) all[r] = r;
-  return rings_among(all, o, hosts);
+  return rings_among(all, o, hosts, shm_ring_bytes);
 }
 
 // rings[r] sends to r+1 and receives from r-1. mode: "unix" (socketpairs), "shm" (one
@@ -283,6 +284,41 @@ TEST(Ring, CloseWakesAWatcherAndWaitsForIt) {
     ASSERT_EQ(watcher.wait_for(std::chrono::seconds(10)), std::future_status::ready);
     rings[0]->watch_left(wake_fd.get(), &word, 0, -1);  // closed: returns at once
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+}
+
+// The engine's negotiation (allgather_bytes) sends each message whole while it receives the
+// peer's length: a message larger than the ring (or the socket buffers) must not leave both
+// neighbours waiting for room that only the other's next step frees. Rings of 4 KiB, 3 and
+// 2 ranks, messages from empty to past the ring, the socket buffers and the old 32 KiB
+// eager bound.
+TEST(Ring, AllgatherBytesOfMessagesLargerThanTheChannelDoNotDeadlock) {
+  RingOptions o;
+  o.timeout_s = 5;  // a deadlock ends as a time-out, not a hang
+  for (int n : {2, 3}) {
+    for (const char* mode : {"unix", "shm"}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + mode);
+      auto rings = std::string(mode) == "shm" ? make_pair_rings(n, o, std::vector<std::string>(n, "h"), 4096)
+                                              : make_rings(n, o, mode);
+      for (auto& r : rings) ASSERT_TRUE(r);
+      auto errors = on_all(n, [&](int r) -> std::string {
+        for (size_t len : {size_t{0}, size_t{100}, size_t{4000}, size_t{5000}, size_t{20000}, size_t{32768},
+                           size_t{300000}, size_t{1500000}}) {
+          std::vector<std::string> all(n);
+          all[r].assign(Ring::kFrameBytes, '\0');
+          for (size_t i = 0; i < len + r; ++i) all[r].push_back(static_cast<char>('a' + (i * 7 + r) % 26));
+          if (auto s = rings[r]->allgather_bytes(&all); !s) return std::to_string(len) + " bytes: " + s.error().message;
+          for (int p = 0; p < n; ++p) {
+            if (all[p].size() != Ring::kFrameBytes + len + p) return "wrong length from rank " + std::to_string(p);
+            for (size_t i = 0; i < len + p; ++i)
+              if (all[p][Ring::kFrameBytes + i] != static_cast<char>('a' + (i * 7 + p) % 26))
+                return "wrong byte " + std::to_string(i) + " from rank " + std::to_string(p);
+          }
+        }
+        return "";
+      });
+      for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+    }
   }
 }
 

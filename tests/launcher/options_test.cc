@@ -109,6 +109,8 @@ TEST(Options, NumericSettingsInTheEnvironmentAreCheckedBeforeAnythingStarts) {
       {"HVDRUN_TIMEOUT", "abc", "HVDRUN_TIMEOUT 'abc': expected a number (seconds)"},
       {"HOROVOD_FUSION_THRESHOLD", "-1", "HOROVOD_FUSION_THRESHOLD '-1': expected a number from 0 to"},
       {"HVDRUN_SEGMENT_BYTES", "100", "HVDRUN_SEGMENT_BYTES '100': expected a number from 4096 to"},
+      {"HVDRUN_SOCKET_BUFFER", "16384",
+       "HVDRUN_SOCKET_BUFFER '16384': expected a number from 65536 to 1.07374e+09 (bytes) (or 0: the kernel's default)"},
   };
   for (const auto& c : cases) {
     setenv(c.env, c.value, 1);
@@ -122,6 +124,10 @@ TEST(Options, NumericSettingsInTheEnvironmentAreCheckedBeforeAnythingStarts) {
   auto ok = parse({"-np", "2", "true"});
   unsetenv("HVDRUN_HEARTBEAT_TIMEOUT");
   EXPECT_TRUE(ok.ok()) << ok.error().message;
+  setenv("HVDRUN_SOCKET_BUFFER", "0", 1);  // the kernel's default
+  auto zero = parse({"-np", "2", "true"});
+  unsetenv("HVDRUN_SOCKET_BUFFER");
+  EXPECT_TRUE(zero.ok()) << zero.error().message;
 }
 
 TEST(Options, StartTimeoutFromEnvironment) {

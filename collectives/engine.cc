@@ -282,7 +282,7 @@ bool Spec::same_as(const Spec& o) const {
 struct Engine::Op {
   hvd_handle_t handle = 0;
   Request req;
-  bool done = false;
+  std::atomic<bool> done{false};  // set under mu_ after status; read without it too
   Status status;
   enum State { kQueued, kFull, kCached, kReannounce } state = kQueued;
   int cache_id = -1;
@@ -496,11 +496,15 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
     }
     std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
     if (d.owns_lock()) {
-      drive([&] { std::lock_guard<std::mutex> lk(mu_); return op->done || quit_.load(); }, true);
+      drive([&] { return op->done.load() || quit_.load(); }, true);
       d.unlock();
       std::lock_guard<std::mutex> lk(mu_);
       ++drive_releases_;
       done_cv_.notify_all();
+      if (op->done) {  // (the usual way out: the one lock taken after the cycles)
+        --want_drive_;
+        return op->status;
+      }
       continue;
     }
     // Another thread runs the cycles: it says when ours is done, or when it lets go.
@@ -617,11 +621,7 @@ void Engine::wait_for_event(int timeout_ms) {
 
 void Engine::drive(const std::function<bool()>& stop_when, bool block) {
   for (;;) {
-    if (stop_when()) return;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (broken_) return;
-    }
+    if (stop_when() || broken_) return;
     check_stall();
     if (int why = work_now()) {
       if (why == 1 && last_cycle_idle_ && opts_.cycle_ms > 0) {
@@ -643,7 +643,10 @@ void Engine::drive(const std::function<bool()>& stop_when, bool block) {
 
 void Engine::build_message(std::string* out) {
   CycleMessage m;
-  std::vector<std::shared_ptr<Op>> fresh;
+  m.bits.swap(bits_scratch_);  // (its capacity, from cycle to cycle)
+  m.bits.clear();
+  std::vector<std::shared_ptr<Op>>& fresh = fresh_scratch_;  // swapped with queue_: both keep a capacity
+  fresh.clear();
   bool leaving;
   std::vector<Op*> full_ops;  // whose specs go in full, as m.specs
   {
@@ -684,6 +687,7 @@ void Engine::build_message(std::string* out) {
     std::lock_guard<std::mutex> lk(mu_);
     // What the peers know of ours after this message: requests submitted after the swap
     // above are still kQueued and do not count (see last_cycle_idle_).
+    ++stats_.cycles;
     announced_ = join_op_ != nullptr;
     completions_at_message_ = completions_;
     for (auto& [name, op] : local_)
@@ -696,8 +700,12 @@ void Engine::build_message(std::string* out) {
       }
   }
   m.invalid.swap(invalidate_);
-  out->assign(Ring::kFrameBytes, '\0');  // room for allgather_bytes' length
-  Writer w{*out};
+  // The header is written apart and copied in front of the eager data: `out` keeps its size
+  // from the last cycle, so that the eager section (the same size in steady state) is not
+  // zero-filled before it is overwritten.
+  std::string& head = head_scratch_;
+  head.clear();
+  Writer w{head};
   w.put<uint8_t>(m.flags);
   w.u64s(m.bits);
   w.put<uint32_t>(static_cast<uint32_t>(m.invalid.size()));
@@ -713,14 +721,17 @@ void Engine::build_message(std::string* out) {
   for (size_t i = 0; i < m.specs.size(); ++i)
     if (size_t at = place_eager(m.specs[i], &total); at != EagerLayout::kNotEager) full_at.emplace_back(at, full_ops[i]);
   w.put<uint32_t>(static_cast<uint32_t>(total));
-  w.out.resize((w.out.size() + 7) / 8 * 8, '\0');
-  const size_t base = w.out.size();
-  w.out.resize(base + total, '\0');
+  const size_t base = (Ring::kFrameBytes + head.size() + 7) / 8 * 8;  // room for allgather_bytes' length first
+  out->resize(base + total);
+  std::memset(out->data(), 0, Ring::kFrameBytes);
+  std::memcpy(out->data() + Ring::kFrameBytes, head.data(), head.size());
+  std::memset(out->data() + Ring::kFrameBytes + head.size(), 0, base - Ring::kFrameBytes - head.size());
+  // Every tensor's place is written below; the alignment gaps between them are never read.
   auto copy_in = [&](const Op& op, size_t off) {
     const Spec& sp = op.req.spec;
     const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
     for (size_t k = 0; k < sp.counts.size(); ++k) {
-      scale_copy(w.out.data() + off, op.req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
+      scale_copy(out->data() + off, op.req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
       off += sp.counts[k] * dtype_size(dt);
     }
   };
@@ -733,6 +744,8 @@ void Engine::build_message(std::string* out) {
       if (at != EagerLayout::kNotEager) copy_in(*op, base + at);
     }
   }
+  fresh.clear();  // (the ops are held by local_ and ops_; the vector keeps its capacity)
+  bits_scratch_.swap(m.bits);
 }
 
 size_t Engine::place_eager(const Spec& sp, size_t* end) const {
@@ -782,12 +795,8 @@ Status Engine::cycle() {
   if (opts_.timeline && opts_.timeline->mark_cycles()) opts_.timeline->instant("CYCLE_START");
   std::vector<std::string>& all = cycle_msgs_;  // reused: the strings keep their capacity
   all.resize(static_cast<size_t>(opts_.size));
-  build_message(&all[static_cast<size_t>(opts_.rank)]);
+  build_message(&all[static_cast<size_t>(opts_.rank)]);  // (counts the cycle in stats_)
   if (auto s = ring_->allgather_bytes(&all); !s) return s;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.cycles;
-  }
   return process(all);
 }
 
@@ -870,9 +879,9 @@ Status Engine::process(const std::vector<std::string>& raw) {
   }
   // Where each rank's eager data lies: from the cache as it was when the messages were
   // built. In steady state every rank sends the same bits: one (kept) layout for all.
-  std::vector<const EagerLayout*> eager_at(n, nullptr);
-  std::vector<EagerLayout> other_layouts;
-  other_layouts.reserve(n);  // eager_at points into it
+  std::vector<const EagerLayout*>& eager_at = eager_at_;
+  eager_at.assign(static_cast<size_t>(n), nullptr);
+  std::vector<EagerLayout> other_layouts;  // reserved before its first use: eager_at points into it
   for (int r = 0; r < n; ++r) {
     if (msgs[r].eager.empty()) continue;
     for (int q = 0; q < r && !eager_at[r]; ++q)
@@ -881,6 +890,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     if (eager_memo_.holds(msgs[r].bits, cache_epoch_)) {
       eager_at[r] = &eager_memo_;
     } else {
+      if (other_layouts.empty()) other_layouts.reserve(static_cast<size_t>(n));
       compute_eager_layout(msgs[r].bits, &other_layouts.emplace_back());
       eager_at[r] = &other_layouts.back();
     }
@@ -1130,21 +1140,19 @@ bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs, const s
   const int n = opts_.size;
   for (int r = 0; r < n; ++r)
     if (!eager_at[r] || eager_at[r]->offset(id) == EagerLayout::kNotEager) return false;
-  const std::string name = cache_ids_[id];
+  const std::string& name = cache_ids_[id];  // (nothing below changes the cache's names)
   CacheSlot& slot = cache_.at(name);
   const Spec& sp = slot.spec;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.cache_hits;
-  }
   slot.lru = ++lru_clock_;
-  std::vector<const char*> data(n);
+  std::vector<const char*>& data = eager_ptrs_;
+  data.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) data[r] = msgs[r].eager.data() + eager_at[r]->offset(id);
-  reduce_eagerly(name, sp, data);
+  reduce_eagerly(name, sp, data, /*cache_hit=*/true);
   return true;
 }
 
-void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data) {
+void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
+                            bool cache_hit) {
   const int n = opts_.size;
   const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
   const size_t es = dtype_size(dt);
@@ -1156,6 +1164,7 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
     auto it = local_.find(name);
     if (it != local_.end()) op = it->second;
     ++stats_.eager;
+    if (cache_hit) ++stats_.cache_hits;
   }
   if (!op) return;  // (every rank announced it, so this rank has it)
   if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
@@ -1165,8 +1174,11 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
     // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
     // went into this rank's message, so an in-place call loses nothing).
     void* recv = op->req.tensors[0].recv;
-    std::memcpy(recv, data[0], total * es);
-    for (int r = 1; r < n; ++r) reduce_into(recv, data[r], total, dt, rop);
+    if (n == 1)
+      std::memcpy(recv, data[0], total * es);
+    else
+      reduce_pair(recv, data[0], data[1], total, dt, rop);
+    for (int r = 2; r < n; ++r) reduce_into(recv, data[r], total, dt, rop);
     complete(name, {});
     return;
   }
@@ -1181,6 +1193,7 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
 }
 
 void Engine::execute(std::vector<Response>& responses) {
+  if (responses.empty()) return;  // (a cycle whose requests all ran eagerly)
   // Group fusable allreduces (same dtype and reduction, host memory) together, each group
   // where its first member was: every rank reorders the same list the same way.
   {

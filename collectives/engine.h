@@ -174,7 +174,8 @@ class Engine {
   void compute_eager_layout(const std::vector<uint64_t>& bits, EagerLayout* out) const;
   // Every rank's (prescaled) data of one allreduce is at hand: reduces it in rank order into
   // this rank's op `name` (when it has it) and completes the op.
-  void reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data);
+  void reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
+                      bool cache_hit = false);
   // The layout for `bits` under the cache as it is now: steady state sends the same bits
   // every cycle, so the last one computed is kept (and recomputed once the cache changes).
   const EagerLayout& eager_layout(const std::vector<uint64_t>& bits);
@@ -202,7 +203,7 @@ class Engine {
   std::unordered_map<std::string, std::shared_ptr<Op>> local_;  // pending, by name
   std::vector<std::shared_ptr<Op>> queue_;                      // submitted, not yet announced
   hvd_handle_t next_handle_ = 1;
-  bool broken_ = false;
+  std::atomic<bool> broken_{false};  // written under mu_; drive() reads it without
   std::string broken_reason_;
   int broken_code_ = HVD_ERR_PEER;
   // (mu_) The peer whose hvd_shutdown ended the collectives ("rank 1 (host b)") and its
@@ -240,6 +241,12 @@ class Engine {
   std::vector<char> fusion_;
   std::vector<char> zeros_;
   std::vector<char> eager_acc_;
+  // Scratch that keeps its capacity from cycle to cycle (a loop of small calls allocates less).
+  std::vector<uint64_t> bits_scratch_;
+  std::vector<std::shared_ptr<Op>> fresh_scratch_;
+  std::vector<const EagerLayout*> eager_at_;
+  std::vector<const char*> eager_ptrs_;
+  std::string head_scratch_;                 // build_message's header, before it goes in front of the data
   std::vector<std::string> cycle_msgs_;     // every rank's message of the cycle (framed)
   std::vector<CycleMessage> cycle_parsed_;  // the same, parsed
   double last_stall_check_ = 0;

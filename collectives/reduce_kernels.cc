@@ -9,8 +9,11 @@
 namespace hvdrun {
 namespace {
 
+// always_inline: each SIMD clone below compiles its own copy of the loops.
+#define HVDRUN_INLINE inline __attribute__((always_inline))
+
 template <class T>
-void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
+HVDRUN_INLINE void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
   switch (op) {
     case HVD_OP_SUM:
     case HVD_OP_AVERAGE:
@@ -28,9 +31,34 @@ void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
   }
 }
 
+// d[i] = op(a[i], b[i]), the same expression as apply() with d = a, s = b.
+template <class T>
+HVDRUN_INLINE void apply3(T* __restrict d, const T* __restrict a, const T* __restrict b, size_t n, hvd_op_t op) {
+  switch (op) {
+    case HVD_OP_SUM:
+    case HVD_OP_AVERAGE:
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(a[i] + b[i]);
+      break;
+    case HVD_OP_PRODUCT:
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(a[i] * b[i]);
+      break;
+    case HVD_OP_MIN:
+      for (size_t i = 0; i < n; ++i) d[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+    case HVD_OP_MAX:
+      for (size_t i = 0; i < n; ++i) d[i] = b[i] > a[i] ? b[i] : a[i];
+      break;
+  }
+}
+
+template <class T>
+HVDRUN_INLINE void apply3_as(void* d, const void* a, const void* b, size_t n, hvd_op_t op) {
+  apply3(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n, op);
+}
+
 // 16-bit floats: through float32, in blocks so that the float loops vectorise.
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void apply16(uint16_t* d, const uint16_t* s, size_t n, hvd_op_t op) {
+HVDRUN_INLINE void apply16(uint16_t* d, const uint16_t* s, size_t n, hvd_op_t op) {
   constexpr size_t kBlock = 256;
   float a[kBlock], b[kBlock];
   for (size_t base = 0; base < n; base += kBlock) {
@@ -50,7 +78,11 @@ void divide(T* d, size_t n, double divisor) {
   for (size_t i = 0; i < n; ++i) d[i] = d[i] / inv;
 }
 
-void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
+// Built for AVX-512 and AVX2 as well as the baseline, the loader picks the best the CPU has
+// (GCC's target_clones: an ifunc). The loops above are inlined into each clone.
+#define HVDRUN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+HVDRUN_SIMD_CLONES void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
   switch (t) {
     case HVD_INT8: return apply(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
     case HVD_UINT8: return apply(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
@@ -83,6 +115,29 @@ void reduce_into(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t o
     reduce_aligned(a, b, m, t, op);
     std::memcpy(d, a, m * es);
   }
+}
+
+namespace {
+HVDRUN_SIMD_CLONES bool reduce_pair_aligned(void* dst, const void* a, const void* b, size_t n, hvd_dtype_t t,
+                                            hvd_op_t op) {
+  switch (t) {
+    case HVD_INT8: apply3_as<int8_t>(dst, a, b, n, op); return true;
+    case HVD_UINT8: apply3_as<uint8_t>(dst, a, b, n, op); return true;
+    case HVD_INT32: apply3_as<int32_t>(dst, a, b, n, op); return true;
+    case HVD_INT64: apply3_as<int64_t>(dst, a, b, n, op); return true;
+    case HVD_FLOAT32: apply3_as<float>(dst, a, b, n, op); return true;
+    case HVD_FLOAT64: apply3_as<double>(dst, a, b, n, op); return true;
+    default: return false;  // 16-bit floats: through float32 blocks
+  }
+}
+}  // namespace
+
+void reduce_pair(void* dst, const void* a, const void* b, size_t n, hvd_dtype_t t, hvd_op_t op) {
+  size_t es = dtype_size(t);
+  auto aligned = [es](const void* p) { return reinterpret_cast<uintptr_t>(p) % es == 0; };
+  if (aligned(dst) && aligned(a) && aligned(b) && reduce_pair_aligned(dst, a, b, n, t, op)) return;
+  std::memcpy(dst, a, n * es);
+  reduce_into(dst, b, n, t, op);
 }
 
 void scale_down(void* buf, size_t n, hvd_dtype_t t, double divisor) {

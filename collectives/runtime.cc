@@ -508,16 +508,22 @@ Status Runtime::join(int* last_joined_rank) {
 
 Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt) {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  busy_ = &rt_.blocking_busy_[kind];
-  slot_ = static_cast<size_t>(std::find(busy_->begin(), busy_->end(), false) - busy_->begin());
-  if (slot_ == busy_->size()) busy_->push_back(false);
-  (*busy_)[slot_] = true;
-  name_ = std::string("hvdrun.") + kind + "." + std::to_string(slot_);
+  auto it = rt_.blocking_busy_.find(std::string_view(kind));
+  if (it == rt_.blocking_busy_.end()) it = rt_.blocking_busy_.emplace(kind, BlockingSlots{}).first;
+  slots_ = &it->second;
+  auto& busy = slots_->busy;
+  slot_ = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+  if (slot_ == busy.size()) {
+    busy.push_back(false);
+    slots_->names.push_back(std::string("hvdrun.") + kind + "." + std::to_string(slot_));
+  }
+  busy[slot_] = true;
+  name_ = &slots_->names[slot_];
 }
 
 Runtime::BlockingName::~BlockingName() {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  (*busy_)[slot_] = false;
+  slots_->busy[slot_] = false;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,18 +67,22 @@ class Runtime {
   // names match; a program that repeats a call of one shape hits the engine's response
   // cache from the second call on, and one whose shape differs between ranks is a mismatch
   // naming both (not a stall).
+  struct BlockingSlots {
+    std::deque<std::string> names;  // (a deque: a slot added by another thread moves none)
+    std::vector<bool> busy;
+  };
   class BlockingName {
    public:
     BlockingName(Runtime& rt, const char* kind);
     ~BlockingName();
     BlockingName(const BlockingName&) = delete;
     BlockingName& operator=(const BlockingName&) = delete;
-    const std::string& name() const { return name_; }
+    const std::string& name() const { return *name_; }
 
    private:
     Runtime& rt_;
-    std::vector<bool>* busy_;  // its kind's slots (a map node: stays put)
-    std::string name_;
+    BlockingSlots* slots_;  // its kind's (a map node: stays put)
+    const std::string* name_;
     size_t slot_;
   };
   Status barrier();
@@ -106,7 +111,8 @@ class Runtime {
   std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
   int gpu_generation_ = 0;
   std::mutex blocking_mu_;
-  std::map<std::string, std::vector<bool>> blocking_busy_;  // by kind: the slots held (never erased)
+  // By kind: the slots' names and which are held (never erased; a name is built once).
+  std::map<std::string, BlockingSlots, std::less<>> blocking_busy_;
   Status connect_ring();
   Status start_engine();
   Status ensure_gpu();

@@ -687,7 +687,6 @@ void Engine::build_message(std::string* out) {
     std::lock_guard<std::mutex> lk(mu_);
     // What the peers know of ours after this message: requests submitted after the swap
     // above are still kQueued and do not count (see last_cycle_idle_).
-    ++stats_.cycles;
     announced_ = join_op_ != nullptr;
     completions_at_message_ = completions_;
     for (auto& [name, op] : local_)
@@ -795,8 +794,12 @@ Status Engine::cycle() {
   if (opts_.timeline && opts_.timeline->mark_cycles()) opts_.timeline->instant("CYCLE_START");
   std::vector<std::string>& all = cycle_msgs_;  // reused: the strings keep their capacity
   all.resize(static_cast<size_t>(opts_.size));
-  build_message(&all[static_cast<size_t>(opts_.rank)]);  // (counts the cycle in stats_)
+  build_message(&all[static_cast<size_t>(opts_.rank)]);
   if (auto s = ring_->allgather_bytes(&all); !s) return s;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.cycles;
+  }
   return process(all);
 }
 
@@ -881,7 +884,8 @@ Status Engine::process(const std::vector<std::string>& raw) {
   // built. In steady state every rank sends the same bits: one (kept) layout for all.
   std::vector<const EagerLayout*>& eager_at = eager_at_;
   eager_at.assign(static_cast<size_t>(n), nullptr);
-  std::vector<EagerLayout> other_layouts;  // reserved before its first use: eager_at points into it
+  std::vector<EagerLayout>& other_layouts = other_layouts_;  // eager_at points into it: reserved before use
+  other_layouts.clear();
   for (int r = 0; r < n; ++r) {
     if (msgs[r].eager.empty()) continue;
     for (int q = 0; q < r && !eager_at[r]; ++q)
@@ -1083,23 +1087,18 @@ Status Engine::process(const std::vector<std::string>& raw) {
     }
     responses.push_back(std::move(resp));
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto& r : responses)
-      if (r.from_cache) ++stats_.cache_hits;
-  }
+  size_t from_cache = 0;
+  for (auto& r : responses) from_cache += r.from_cache ? 1 : 0;
 
   execute(responses);
   last_cycle_end_ = now_s();
   {
     std::lock_guard<std::mutex> lk(mu_);
+    stats_.cache_hits += from_cache;
     // Idle means: nothing finished (negotiated or eager) although this rank had announced requests. A request that
     // arrived during the cycle (still kQueued) does not make it idle: counting it would let
     // both ranks hold new work waiting for the other's cycle for a whole cycle time.
     last_cycle_idle_ = announced_ && completions_ == completions_at_message_;
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
     if (broken_) return {};
   }
   // Cache what ran (every rank inserts in this order, so ids agree).

@@ -244,7 +244,8 @@ class Engine {
   // Scratch that keeps its capacity from cycle to cycle (a loop of small calls allocates less).
   std::vector<uint64_t> bits_scratch_;
   std::vector<std::shared_ptr<Op>> fresh_scratch_;
-  std::vector<const EagerLayout*> eager_at_;
+  std::vector<const EagerLayout*> eager_at_;  // into eager_memo_ or other_layouts_ (valid within process())
+  std::vector<EagerLayout> other_layouts_;
   std::vector<const char*> eager_ptrs_;
   std::string head_scratch_;                 // build_message's header, before it goes in front of the data
   std::vector<std::string> cycle_msgs_;     // every rank's message of the cycle (framed)

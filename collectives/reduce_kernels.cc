@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "collectives/dtype.h"
 
@@ -12,15 +13,37 @@ namespace {
 // always_inline: each SIMD clone below compiles its own copy of the loops.
 #define HVDRUN_INLINE inline __attribute__((always_inline))
 
+// Sums and products of int32/int64 wrap around (as MPI's and NCCL's do) rather than being
+// undefined behaviour: computed in the unsigned type of the same width (the same
+// instructions). Narrower types are promoted to int and cannot overflow there.
+template <class T>
+HVDRUN_INLINE T add(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+template <class T>
+HVDRUN_INLINE T mul(T a, T b) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return static_cast<T>(a * b);
+  }
+}
+
 template <class T>
 HVDRUN_INLINE void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
   switch (op) {
     case HVD_OP_SUM:
     case HVD_OP_AVERAGE:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = add(d[i], s[i]);
       break;
     case HVD_OP_PRODUCT:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] * s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = mul(d[i], s[i]);
       break;
     case HVD_OP_MIN:
       for (size_t i = 0; i < n; ++i) d[i] = s[i] < d[i] ? s[i] : d[i];
@@ -37,10 +60,10 @@ HVDRUN_INLINE void apply3(T* __restrict d, const T* __restrict a, const T* __res
   switch (op) {
     case HVD_OP_SUM:
     case HVD_OP_AVERAGE:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(a[i] + b[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = add(a[i], b[i]);
       break;
     case HVD_OP_PRODUCT:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(a[i] * b[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = mul(a[i], b[i]);
       break;
     case HVD_OP_MIN:
       for (size_t i = 0; i < n; ++i) d[i] = b[i] < a[i] ? b[i] : a[i];
@@ -80,7 +103,11 @@ void divide(T* d, size_t n, double divisor) {
 
 // Built for AVX-512 and AVX2 as well as the baseline, the loader picks the best the CPU has
 // (GCC's target_clones: an ifunc). The loops above are inlined into each clone.
+#if defined(__x86_64__) && defined(__GLIBC__)
 #define HVDRUN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HVDRUN_SIMD_CLONES  // (no ifunc, or not x86: the baseline build only)
+#endif
 
 HVDRUN_SIMD_CLONES void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
   switch (t) {

@@ -43,6 +43,7 @@ typedef enum hvd_dtype {
   HVD_FLOAT64 = 7
 } hvd_dtype_t;
 
+/* Integer sums and products wrap around on overflow (two's complement), as MPI's and NCCL's do. */
 typedef enum hvd_op { HVD_OP_SUM = 0, HVD_OP_AVERAGE = 1, HVD_OP_MIN = 2, HVD_OP_MAX = 3, HVD_OP_PRODUCT = 4 } hvd_op_t;
 
 /* Connects to hvdrun's rendezvous, authenticates, registers and returns when every rank of

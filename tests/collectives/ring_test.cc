@@ -296,10 +296,11 @@ TEST(Ring, AllgatherBytesOfMessagesLargerThanTheChannelDoNotDeadlock) {
   RingOptions o;
   o.timeout_s = 5;  // a deadlock ends as a time-out, not a hang
   for (int n : {2, 3}) {
-    for (const char* mode : {"unix", "shm"}) {
+    for (const char* mode : {"unix", "shm", "mixed"}) {
       SCOPED_TRACE(std::to_string(n) + " ranks, " + mode);
-      auto rings = std::string(mode) == "shm" ? make_pair_rings(n, o, std::vector<std::string>(n, "h"), 4096)
-                                              : make_rings(n, o, mode);
+      std::vector<std::string> hosts(n, "h");  // mixed: the last rank on a host of its own (TCP to it)
+      if (std::string(mode) == "mixed") hosts[n - 1] = "other";
+      auto rings = std::string(mode) == "unix" ? make_rings(n, o, mode) : make_pair_rings(n, o, hosts, 4096);
       for (auto& r : rings) ASSERT_TRUE(r);
       auto errors = on_all(n, [&](int r) -> std::string {
         for (size_t len : {size_t{0}, size_t{100}, size_t{4000}, size_t{5000}, size_t{20000}, size_t{32768},

@@ -6,7 +6,10 @@
 # torch.distributed gloo (Debian's python3-torch; GLOO=0 skips it). Every tool's buffers are
 # written before timing. Prints busbw per size with hvdrun-shm / vader ratios and the 4 KiB
 # latencies, then (as root, CLUSTER=0 skips it) 2 test-cluster hosts x 2 ranks
-# (tests/cluster/cluster.sh, under the cluster lock) hierarchical vs flat at 64 MiB, and
+# (tests/cluster/cluster.sh, under the cluster lock) hierarchical vs flat at 64 MiB, once
+# per entry of CLUSTER_RATES (default "unlimited 10gbit"): each host's link as veth gives it
+# (the kernel copies at memory speed on the same CPUs: the wire is not what limits) and
+# shaped with tc's token bucket to a network slower than memory, as between real hosts; and
 # draws the busbw-vs-size curves into $PNG (default docs/bench-allreduce.png; Debian's
 # python3-matplotlib). Needs libopenmpi-dev and python3-torch (scripts/install-deps.sh).
 # The machine should be quiet: the script prints the load average before and after.
@@ -18,6 +21,7 @@ ROUNDS=${ROUNDS:-2}
 RANKS=${RANKS:-2 4}
 GLOO=${GLOO:-1}
 CLUSTER=${CLUSTER:-1}
+CLUSTER_RATES=${CLUSTER_RATES:-unlimited 10gbit}
 PNG=${PNG:-docs/bench-allreduce.png}
 export BUILD_DIR=${BUILD_DIR:-build}
 B=$BUILD_DIR
@@ -74,13 +78,19 @@ if [ "$CLUSTER" = 1 ] && [ "$(id -u)" = 0 ]; then
   flock 8
   CDIR=$(mktemp -d)
   tests/cluster/cluster.sh up "$CDIR" 2 >/dev/null
-  for round in $(seq "$ROUNDS"); do
-    for h in 1 0; do
-      HOME=$CDIR/home HVDRUN_HIERARCHICAL_ALLREDUCE=$h "$B"/cli/hvdrun -H h1:2,h2:2 \
-        "$PWD/$B/examples/hvdrun-bench" -b 64M -e 64M -w 3 -n 10 |
-        awk -F: -v h=$h '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}' \
-        >> "$OUT/cluster_hier$h" ||
-        echo "bench-allreduce: the 2-host run (hierarchical=$h, round $round) failed; the tables below lack it" >&2
+  for rate in $CLUSTER_RATES; do
+    for i in 1 2; do
+      ip netns exec hvdh$i tc qdisc del dev eth0 root 2>/dev/null || true
+      [ "$rate" = unlimited ] || ip netns exec hvdh$i tc qdisc add dev eth0 root tbf rate "$rate" burst 4mb latency 100ms
+    done
+    for round in $(seq "$ROUNDS"); do
+      for h in 1 0; do
+        HOME=$CDIR/home HVDRUN_HIERARCHICAL_ALLREDUCE=$h "$B"/cli/hvdrun -H h1:2,h2:2 \
+          "$PWD/$B/examples/hvdrun-bench" -b 64M -e 64M -w 3 -n 10 |
+          awk -F: -v h=$h '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}' \
+          >> "$OUT/cluster_hier$h.$rate" ||
+          echo "bench-allreduce: the 2-host run (hierarchical=$h, $rate, round $round) failed; the tables below lack it" >&2
+      done
     done
   done
   tests/cluster/cluster.sh down "$CDIR" >/dev/null
@@ -90,7 +100,7 @@ if [ "$CLUSTER" = 1 ] && [ "$(id -u)" = 0 ]; then
 fi
 echo "load after: $(uptime)"
 
-/usr/bin/python3 - "$OUT" "$PNG" "$RANKS" <<'PY'
+/usr/bin/python3 - "$OUT" "$PNG" "$RANKS" "$CLUSTER_RATES" <<'PY'
 import collections, os, statistics, sys
 d, png, ranks = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split()]
 tools = [("hvdrun_shm", "hvdrun shm"), ("ompi_vader", "ompi vader"), ("hvdrun_tcp", "hvdrun tcp"),
@@ -122,11 +132,13 @@ for np_ in ranks:
     print(f"latency at {s} B (us): " + ", ".join(f"{name} {l[t]:.1f}" for t, name in tools) +
           f"; hvdrun shm / vader {l['hvdrun_shm'] / l['ompi_vader']:.2f}")
 
-h1, h0 = load(os.path.join(d, "cluster_hier1"))[0], load(os.path.join(d, "cluster_hier0"))[0]
-if h1 and h0:
-    s = max(h1)
-    print(f"\n2 test-cluster hosts x 2 ranks, {s} B: hierarchical {h1[s]:.3f} GB/s busbw, flat ring {h0[s]:.3f} GB/s: "
-          f"{h1[s] / h0[s]:.2f}x")
+for rate in sys.argv[4].split():
+    h1 = load(os.path.join(d, f"cluster_hier1.{rate}"))[0]
+    h0 = load(os.path.join(d, f"cluster_hier0.{rate}"))[0]
+    if h1 and h0:
+        s = max(h1)
+        print(f"\n2 test-cluster hosts x 2 ranks, links {rate}, {s} B: hierarchical {h1[s]:.3f} GB/s busbw, "
+              f"flat ring {h0[s]:.3f} GB/s: {h1[s] / h0[s]:.2f}x")
 
 try:
     import matplotlib

@@ -103,10 +103,19 @@ void divide(T* d, size_t n, double divisor) {
 
 // Built for AVX-512 and AVX2 as well as the baseline, the loader picks the best the CPU has
 // (GCC's target_clones: an ifunc). The loops above are inlined into each clone.
-#if defined(__x86_64__) && defined(__GLIBC__)
+// Not under ThreadSanitizer: the clones' resolver runs while the library is relocated, before
+// TSan's runtime is set up, and its instrumented entry crashes the process.
+#if defined(__SANITIZE_THREAD__)
+#define HVDRUN_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HVDRUN_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GLIBC__) && !defined(HVDRUN_TSAN)
 #define HVDRUN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
-#define HVDRUN_SIMD_CLONES  // (no ifunc, or not x86: the baseline build only)
+#define HVDRUN_SIMD_CLONES  // (no ifunc, not x86, or TSan: the baseline build only)
 #endif
 
 HVDRUN_SIMD_CLONES void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {

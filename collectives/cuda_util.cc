@@ -34,8 +34,8 @@ Result<Memory> memory_of(const void* p) {
 Result<int> select_device(int rank, int local_rank) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  std::string vis = visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : "";
+  auto visible = tunable_if_set("CUDA_VISIBLE_DEVICES");
+  std::string vis = visible ? " (CUDA_VISIBLE_DEVICES=" + *visible + ")" : "";
   if (e != cudaSuccess) return cuda_error("rank " + std::to_string(rank) + ": cudaGetDeviceCount" + vis, e);
   int device = local_rank;
   std::string chosen = tunable_string("HVDRUN_CUDA_DEVICE");

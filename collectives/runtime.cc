@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <deque>
 #include <thread>
 
 #include "collectives/dtype.h"
@@ -58,7 +59,7 @@ Result<RankView> rank_view_from_env(const std::function<const char*(const char*)
 Status Runtime::init() {
   if (initialized_) return {};
   if (auto s = check_tunables(TunableUse::kWorker); !s) return err(HVD_ERR_INVALID_ARGUMENT, s.error().message);
-  const char* addr = std::getenv("HVDRUN_RENDEZVOUS_ADDR");
+  auto addr = tunable_if_set("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) {
     // Not started by hvdrun: a job of one, as Horovod does.
     {
@@ -70,7 +71,11 @@ Status Runtime::init() {
     initialized_ = true;
     return {};
   }
-  auto view = rank_view_from_env([](const char* n) { return std::getenv(n); });
+  std::deque<std::optional<std::string>> read;  // keeps each value alive for the view
+  auto view = rank_view_from_env([&read](const char* n) {
+    read.push_back(tunable_if_set(n));
+    return read.back() ? read.back()->c_str() : nullptr;
+  });
   if (!view) return view.error();
   auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
   if (!port) return err(HVD_ERR_RENDEZVOUS, port.error().message);
@@ -79,7 +84,7 @@ Status Runtime::init() {
   double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
   auto deadline = deadline_in(start_timeout);
 
-  auto client = rdv::Client::connect(addr, static_cast<int>(*port), *secret, deadline);
+  auto client = rdv::Client::connect(*addr, static_cast<int>(*port), *secret, deadline);
   if (!client) {
     bool auth = client.error().kind == ErrorKind::kAuth;
     return err(auth ? HVD_ERR_AUTH : HVD_ERR_RENDEZVOUS,

@@ -33,6 +33,8 @@ constexpr Tunable kTable[] = {
      "Slurm's: the node an agent started by srun runs on (its name in the job's host list)."},
     {"SLURM_PROCID", "0", TunableUse::kLauncher, "Slurm's: the task id of an agent started by srun."},
     // Worker side (libhvdrun).
+    {"CUDA_VISIBLE_DEVICES", "", TunableUse::kWorker,
+     "CUDA's: the devices a rank may use (named in libhvdrun's errors when a device is missing)."},
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
      "Seconds a collective waits on a silent peer before it fails naming that peer."},
     {"HVDRUN_SPIN_US", "auto", TunableUse::kWorker,
@@ -177,12 +179,18 @@ const Tunable* find_tunable(std::string_view env) {
   return nullptr;
 }
 
-std::string tunable_string(std::string_view env) {
+std::optional<std::string> tunable_if_set(std::string_view env) {
   const Tunable* t = find_tunable(env);
   if (!t) throw std::logic_error("unknown tunable " + std::string(env));
   const char* v = std::getenv(std::string(env).c_str());
   if (!v && !t->horovod.empty()) v = std::getenv(std::string(t->horovod).c_str());
-  return v ? std::string(v) : std::string(t->default_value);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+std::string tunable_string(std::string_view env) {
+  auto v = tunable_if_set(env);
+  return v ? *v : std::string(find_tunable(env)->default_value);
 }
 
 double tunable_double(std::string_view env) {

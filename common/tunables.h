@@ -27,6 +27,9 @@ const Tunable* find_tunable(std::string_view env);
 // The value from the environment (our name, else Horovod's alias), else the table's
 // default. The name must be in the table.
 std::string tunable_string(std::string_view env);
+// The value from the environment (our name, else Horovod's alias) when it is set, even to
+// ""; nullopt when neither is. The name must be in the table.
+std::optional<std::string> tunable_if_set(std::string_view env);
 // Parsed as a number; a malformed value is reported once on stderr and the default used
 // (check_tunables refuses such values first, where a program starts).
 double tunable_double(std::string_view env);

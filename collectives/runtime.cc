@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <deque>
 #include <thread>
 
 #include "collectives/dtype.h"
@@ -33,7 +32,7 @@ Runtime& Runtime::instance() {
   return *rt;
 }
 
-Result<RankView> rank_view_from_env(const std::function<const char*(const char*)>& getenv_fn) {
+Result<RankView> rank_view_from_env(const std::function<std::optional<std::string>(const char*)>& get) {
   RankView v;
   struct Field {
     const char* name;
@@ -42,17 +41,16 @@ Result<RankView> rank_view_from_env(const std::function<const char*(const char*)
                 {"HOROVOD_LOCAL_RANK", &v.local_rank}, {"HOROVOD_LOCAL_SIZE", &v.local_size},
                 {"HOROVOD_CROSS_RANK", &v.cross_rank}, {"HOROVOD_CROSS_SIZE", &v.cross_size}};
   for (auto& f : fields) {
-    const char* s = getenv_fn(f.name);
+    auto s = get(f.name);
     if (!s) return err(HVD_ERR_RENDEZVOUS, std::string(f.name) + " is not set (start the program with hvdrun)");
-    auto n = parse_int(s, f.name, 0, 1 << 24);
+    auto n = parse_int(*s, f.name, 0, 1 << 24);
     if (!n) return err(HVD_ERR_INVALID_ARGUMENT, n.error().message);
     *f.out = static_cast<int>(*n);
   }
   if (v.size < 1 || v.rank >= v.size || v.local_rank >= v.local_size || v.cross_rank >= v.cross_size)
     return err(HVD_ERR_INVALID_ARGUMENT, "inconsistent HOROVOD_* rank variables (rank " + std::to_string(v.rank) +
                                              " of " + std::to_string(v.size) + ")");
-  const char* host = getenv_fn("HOROVOD_HOSTNAME");
-  v.host = host ? host : "localhost";
+  v.host = get("HOROVOD_HOSTNAME").value_or("localhost");
   return v;
 }
 
@@ -71,11 +69,7 @@ Status Runtime::init() {
     initialized_ = true;
     return {};
   }
-  std::deque<std::optional<std::string>> read;  // keeps each value alive for the view
-  auto view = rank_view_from_env([&read](const char* n) {
-    read.push_back(tunable_if_set(n));
-    return read.back() ? read.back()->c_str() : nullptr;
-  });
+  auto view = rank_view_from_env([](const char* n) { return tunable_if_set(n); });
   if (!view) return view.error();
   auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
   if (!port) return err(HVD_ERR_RENDEZVOUS, port.error().message);

@@ -124,7 +124,8 @@ class Runtime {
 
 int spin_microseconds(int local_ranks);
 
-// Reads the rank contract from the environment (pure over a getter, for tests).
-Result<RankView> rank_view_from_env(const std::function<const char*(const char*)>& getenv_fn);
+// Reads the rank contract from the environment (pure over a getter, for tests; the
+// runtime passes tunable_if_set).
+Result<RankView> rank_view_from_env(const std::function<std::optional<std::string>(const char*)>& get);
 
 }  // namespace hvdrun

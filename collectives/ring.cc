@@ -188,14 +188,21 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
   const size_t es = dtype_size(dtype);
   Header h{seq_++, count, -1, kAllreduce, static_cast<uint8_t>(dtype), static_cast<uint8_t>(op), 0};
   char* buf = static_cast<char*>(recvbuf);
-  if (sendbuf != recvbuf && count) std::memcpy(buf, sendbuf, count * es);
+  // Out of place, the flat ring reads the input where it is (reduce_scatter_steps' `in`):
+  // no copy into the output first. The other paths start from a copy.
+  const char* in = sendbuf != recvbuf && count ? static_cast<const char*>(sendbuf) : nullptr;
+  // One pass moves n-1 copies of the buffer through each rank, the two-phase ring 2(n-1)/n
+  // of it in twice the hops: one pass while those n-1 copies are at most small_bytes.
+  const bool one_pass = size_ > 1 && count * es * static_cast<size_t>(size_ - 1) <= opts_.small_bytes;
+  const bool flat = !(hier_.allreduce && local_) && size_ > 1 && !one_pass;
+  if (in && !flat) std::memcpy(buf, in, count * es);
   if (hier_.allreduce && local_) return hierarchical_allreduce(buf, count, dtype, op);
-  if (size_ > 1 && count * es <= opts_.small_bytes) {
+  if (one_pass) {
     if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
     return small_allreduce(h, buf, count, dtype, op);
   }
   if (auto s = check_agreement(h); !s) return s;
-  if (auto s = reduce_scatter_steps(buf, count, dtype, op); !s) return s;
+  if (auto s = reduce_scatter_steps(buf, count, dtype, op, in); !s) return s;
   if (size_ > 1 && count > 0 && op == HVD_OP_AVERAGE) {
     size_t own = chunk_offset(count, size_, mod(rank_ + 1, size_));
     scale_down(buf + own * es, chunk_offset(count, size_, mod(rank_ + 1, size_) + 1) - own, dtype, size_);
@@ -204,7 +211,7 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
 }
 
 // Reduce-scatter: after it rank r holds chunk r+1 reduced over the ring.
-Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, const char* in) {
   const int n = size_;
   if (n == 1 || count == 0) return {};
   const size_t es = dtype_size(dtype);
@@ -217,15 +224,22 @@ Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hv
   for (int s = 0; s < n - 1; ++s) {
     int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
     char* dst = buf + offset(recv_c) * es;
+    // Each chunk arrives once: out of place, ours comes from `in` (dst = in + received).
+    const char* mine = in ? in + offset(recv_c) * es : nullptr;
+    auto reduce = [&](size_t off, const char* data, size_t len) {
+      if (mine)
+        reduce_pair(dst + off, mine + off, data, len / es, dtype, op);
+      else
+        reduce_into(dst + off, data, len / es, dtype, op);
+    };
+    // Step 0 sends our own contribution; later steps the chunk reduced the step before.
+    const char* send = (in && s == 0 ? in : buf) + offset(send_c) * es;
     auto st = step(
-        buf + offset(send_c) * es, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
-        [&](size_t off, size_t len) {
-          // Calls come at window boundaries (multiples of 8 bytes) and at the end.
-          reduce_into(dst + off, scratch_.data() + off % seg, len / es, dtype, op);
-        },
-        seg,
+        send, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
+        // Calls come at window boundaries (multiples of 8 bytes) and at the end.
+        [&](size_t off, size_t len) { reduce(off, scratch_.data() + off % seg, len); }, seg,
         // From a shared-memory ring: reduced where the bytes lie, whole elements at a time.
-        [&](size_t off, const char* data, size_t len) { reduce_into(dst + off, data, len / es, dtype, op); }, es);
+        reduce, es);
     if (!st) return st;
   }
   return {};

@@ -23,7 +23,7 @@ struct RingOptions {
   int spin_us = 50;                   // HVDRUN_SPIN_US
   bool spin_yields = true;            // false: this rank has a core of its own (bound, not oversubscribed)
   size_t segment_bytes = 256 << 10;   // HVDRUN_SEGMENT_BYTES
-  size_t small_bytes = 64 << 10;     // allreduces up to this size take the one-pass path
+  size_t small_bytes = 64 << 10;     // one-pass allreduce while (n-1) x its bytes are at most this
 };
 
 // Which collectives take the hierarchical path (see ring.cc) once a hierarchy is attached.
@@ -105,7 +105,9 @@ class Ring {
               const std::function<void(size_t, const char*, size_t)>& on_recv_direct = {}, size_t unit = 1);
   Status run(const transport::TransferSpec& spec);  // a transfer on our pairs; a failure breaks the ring
   Status small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
-  Status reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
+  // `in`: this rank's contribution when it is not in `buf` already (out of place); it is
+  // read, never written, and buf's chunks are each written once (in + what arrives).
+  Status reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, const char* in = nullptr);
   Status allgather_chunk_steps(char* buf, size_t count, size_t es);
   Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);

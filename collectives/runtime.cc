@@ -171,6 +171,7 @@ Status Runtime::connect_ring() {
   po.self_host = view_.host;
   po.shm_accept = tunable_string("HVDRUN_SHM") != "0";
   po.shm_ring_bytes = po.shm_accept ? static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SHM_RING_BYTES"))) : 0;
+  po.shm_single_copy_bytes = static_cast<size_t>(tunable_int("HVDRUN_SHM_SINGLE_COPY_BYTES"));
   po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
   auto address = [](const rdv::PeerInfo& p) { return transport::PeerAddress{p.rank, p.host, p.addr, p.port}; };

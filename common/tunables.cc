@@ -50,6 +50,10 @@ constexpr Tunable kTable[] = {
      "0: over loopback TCP."},
     {"HVDRUN_SHM_RING_BYTES", "1048576", TunableUse::kWorker,
      "Capacity of each shared-memory ring (one per direction between neighbours on one host), in bytes."},
+    {"HVDRUN_SHM_SINGLE_COPY_BYTES", "262144", TunableUse::kWorker,
+     "Messages between ranks of one host of at least this many bytes are copied once, straight out of the "
+     "sender's memory (process_vm_readv, as Open MPI's CMA), instead of through the ring; 0: never. "
+     "Used only where the kernel lets a rank read its peer's memory."},
     {"HVDRUN_HIERARCHICAL_ALLREDUCE", "", TunableUse::kWorker,
      "auto, 1 or 0: allreduce as reduce-scatter within each host (shared memory), allreduce of each "
      "shard between hosts, allgather within the host (hvdrun --hierarchical-allreduce); "
@@ -144,6 +148,7 @@ constexpr Range kRanges[] = {
     // (hundreds of milliseconds a message).
     {"HVDRUN_SOCKET_BUFFER", 65536, 1 << 30, "bytes", " (or 0: the kernel's default)", true},
     {"HVDRUN_SHM_RING_BYTES", 4096, 1 << 30, "bytes"},
+    {"HVDRUN_SHM_SINGLE_COPY_BYTES", 4096, 1ull << 40, "bytes", " (or 0: never)", true},
     {"HVDRUN_FUSION_THRESHOLD", 0, 1ull << 40, "bytes"},
     {"HVDRUN_CYCLE_TIME", 0, 1e6, "milliseconds"},
     {"HVDRUN_CACHE_CAPACITY", 0, 1e7, "entries"},

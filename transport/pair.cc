@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
@@ -87,6 +88,7 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   if (o.shm_ring_bytes > 0 && !o.self_host.empty() && to.host == o.self_host) {
     if (auto made = ShmChannel::create(o.shm_ring_bytes); made) {
       shm = std::move(*made);
+      shm.set_single_copy_min(o.shm_single_copy_bytes);
       int32_t pid = getpid(), mfd = shm.memfd();
       offer = "S";
       offer.append(reinterpret_cast<const char*>(&pid), 4);
@@ -196,6 +198,15 @@ Status check_alive(Pair& p) {
 
 constexpr auto kLivenessSlice = std::chrono::milliseconds(20);
 
+// A single-copy read that failed (-1, errno) or found the producer closed (0): a producer
+// that is gone (ESRCH) or closed is named as closed_error does.
+Error pull_error(Pair& p, ssize_t n) {
+  if (n == 0 || errno == ESRCH) return closed_error(p);
+  int err = errno;
+  if (auto st = check_alive(p); !st) return st.error();
+  return make_error("copy from the memory of " + p.peer().describe() + " (single copy): " + std::strerror(err));
+}
+
 
 }  // namespace
 
@@ -211,6 +222,10 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   char bounce[16];
   size_t bounce_fill = 0;
   const bool partial = s.sent_out != nullptr && !s.send_follows_recv;
+  // A whole message that is there already may go by single copy: the consumer copies it out
+  // of our memory, and the send is done when it has (the caller keeps the buffer till then).
+  const bool posted = out_shm && !s.send_follows_recv && !partial && out_shm->can_post(s.send_len);
+  if (posted) out_shm->post(s.send, s.send_len);
   bool tried_send = false;
   while (received < s.recv_len || (sent < s.send_len && !(partial && tried_send))) {
     bool progressed = false;
@@ -222,7 +237,38 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         want = std::min(want, s.recv_window - received % s.recv_window);
       }
       ssize_t n;
-      if (direct) {
+      if (size_t block = in_shm ? in_shm->block_left() : 0) {
+        // Single copy, out of the producer's memory (where it posted the block).
+        if (direct && (bounce_fill || block < unit)) {
+          n = in_shm->pull(bounce + bounce_fill, unit - bounce_fill);
+          if (n <= 0) return pull_error(*in, n);
+          bounce_fill += static_cast<size_t>(n);
+          progressed = true;
+          n = 0;
+          if (bounce_fill == unit) {
+            s.on_recv_direct(received, bounce, unit);
+            bounce_fill = 0;
+            received += unit;
+          }
+        } else if (direct) {
+          size_t take = std::min({block, s.recv_len - received, std::max(unit, s.notify_bytes)});
+          take -= take % unit;
+          thread_local std::vector<char> scratch;
+          if (scratch.size() < take) scratch.resize(take);
+          n = in_shm->pull(scratch.data(), take);
+          if (n <= 0) return pull_error(*in, n);
+          size_t whole = static_cast<size_t>(n) - static_cast<size_t>(n) % unit;  // short: keep the tail
+          if (whole) s.on_recv_direct(received, scratch.data(), whole);
+          bounce_fill = static_cast<size_t>(n) - whole;
+          std::memcpy(bounce, scratch.data() + whole, bounce_fill);
+          received += whole;
+          progressed = true;
+          n = 0;
+        } else {
+          n = in_shm->pull(dst, std::min(want, std::max<size_t>(s.notify_bytes, 64 << 10)));
+          if (n <= 0) return pull_error(*in, n);
+        }
+      } else if (direct) {
         // In place: whole units where they lie; a unit split by the ring's end (or not yet
         // all written) goes through `bounce`.
         n = 0;
@@ -273,7 +319,14 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
     tried_send = true;
     if (sent < can_send) {
       const char* src = s.send_follows_recv ? s.recv : s.send;
-      if (out_shm) {
+      if (posted) {
+        if (out_shm->block_taken()) {
+          sent = s.send_len;
+          progressed = true;
+        } else if (out_shm->peer_closed()) {
+          return closed_error(*out);
+        }
+      } else if (out_shm) {
         size_t n = out_shm->write(src + sent, can_send - sent);
         if (n == 0 && out_shm->peer_closed()) return closed_error(*out);
         sent += n;

@@ -78,6 +78,9 @@ struct PairOptions {
   int self_rank = -1;
   std::string self_host;      // ours, as the rendezvous knows it
   size_t shm_ring_bytes = 0;  // connector: offer shared memory to a same-host peer (0: TCP only)
+  // connector: over shared memory, messages of at least this many bytes go by single copy
+  // (ShmChannel::post; 0: never)
+  size_t shm_single_copy_bytes = 0;
   bool shm_accept = true;     // acceptor: take such an offer
   int buffer_bytes = 512 << 10;
   Clock::time_point deadline;

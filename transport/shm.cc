@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,15 +45,20 @@ struct ShmChannel::Header {
   uint64_t magic;
   uint64_t capacity;
   char token[kTokenBytes];
+  uint64_t producer_addr;                  // where the producer mapped this header
   alignas(64) std::atomic<uint64_t> head;  // written by the producer
   std::atomic<uint32_t> data_seq;          // bumped when the consumer waits and data came
   std::atomic<uint32_t> consumer_waiting;
   std::atomic<uint32_t> watcher_waiting;  // the consumer's watcher (another thread) waits
   std::atomic<uint32_t> producer_closed;
+  uint64_t block_addr, block_len;          // the block posted last (written before blocks_posted)
+  std::atomic<uint64_t> blocks_posted;
   alignas(64) std::atomic<uint64_t> tail;  // written by the consumer
   std::atomic<uint32_t> space_seq;
   std::atomic<uint32_t> producer_waiting;
   std::atomic<uint32_t> consumer_closed;
+  std::atomic<uint32_t> single_copy_ok;    // the consumer could read the producer's memory
+  std::atomic<uint64_t> blocks_taken;
   alignas(64) char producer_reason[256];  // written before producer_closed
   char consumer_reason[256];               // written before consumer_closed
 };
@@ -73,6 +79,10 @@ ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
     memfd_ = std::move(o.memfd_);
     token_ = std::move(o.token_);
     producer_ = o.producer_;
+    single_copy_min_ = o.single_copy_min_;
+    blocks_ = o.blocks_;
+    peer_pid_ = o.peer_pid_;
+    block_off_ = o.block_off_;
     o.hdr_ = nullptr;
     o.data_ = nullptr;
   }
@@ -98,6 +108,7 @@ Result<ShmChannel> ShmChannel::create(size_t ring_bytes) {
   c.producer_ = true;
   c.hdr_->magic = kMagic;
   c.hdr_->capacity = cap;
+  c.hdr_->producer_addr = reinterpret_cast<uint64_t>(p);
   std::memcpy(c.hdr_->token, c.token_.data(), kTokenBytes);
   return c;
 }
@@ -119,7 +130,61 @@ Result<ShmChannel> ShmChannel::open(int pid, int fd, const std::string& token) {
       !auth::constant_time_equal(std::string_view(c.hdr_->token, kTokenBytes), token))
     return make_error(path + " is not the segment the peer announced (another machine with the same host name?)");
   c.token_ = token;
+  // Single copy only where we may read the producer's memory (same user, no ptrace
+  // restriction or seccomp rule against it): read its header's magic there.
+  uint64_t magic = 0;
+  iovec local{&magic, sizeof magic}, remote{reinterpret_cast<void*>(c.hdr_->producer_addr), sizeof magic};
+  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof magic) && magic == kMagic) {
+    c.peer_pid_ = pid;
+    c.hdr_->single_copy_ok.store(1, std::memory_order_release);
+  }
   return c;
+}
+
+bool ShmChannel::can_post(size_t len) const {
+  return producer_ && single_copy_min_ > 0 && len >= single_copy_min_ &&
+         hdr_->single_copy_ok.load(std::memory_order_acquire);
+}
+
+void ShmChannel::post(const char* data, size_t len) {
+  hdr_->block_addr = reinterpret_cast<uint64_t>(data);
+  hdr_->block_len = len;
+  hdr_->blocks_posted.store(++blocks_, std::memory_order_seq_cst);
+  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst) || hdr_->watcher_waiting.load(std::memory_order_seq_cst)) {
+    hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&hdr_->data_seq);
+  }
+}
+
+bool ShmChannel::block_taken() const { return hdr_->blocks_taken.load(std::memory_order_acquire) == blocks_; }
+
+size_t ShmChannel::block_left() {
+  if (hdr_->blocks_posted.load(std::memory_order_acquire) == blocks_) return 0;
+  // The producer stored head before it posted: bytes it wrote earlier are read first.
+  if (hdr_->head.load(std::memory_order_acquire) != pos_) return 0;
+  return hdr_->block_len - block_off_;
+}
+
+ssize_t ShmChannel::pull(char* dst, size_t len) {
+  size_t n = std::min<uint64_t>(len, hdr_->block_len - block_off_);
+  iovec local{dst, n}, remote{reinterpret_cast<void*>(hdr_->block_addr + block_off_), n};
+  ssize_t got = process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0);
+  if (got <= 0) {
+    if (got == 0) errno = EFAULT;
+    return -1;
+  }
+  // A producer that closed meanwhile may have freed the block: what we read is not its.
+  if (hdr_->producer_closed.load(std::memory_order_acquire)) return 0;
+  block_off_ += static_cast<uint64_t>(got);
+  if (block_off_ == hdr_->block_len) {
+    block_off_ = 0;
+    hdr_->blocks_taken.store(++blocks_, std::memory_order_seq_cst);
+    if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
+      hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(&hdr_->space_seq);
+    }
+  }
+  return got;
 }
 
 size_t ShmChannel::write(const char* src, size_t len) {
@@ -185,6 +250,7 @@ ShmChannel::Wait ShmChannel::prepare_watch() {
 void ShmChannel::end_watch() { hdr_->watcher_waiting.store(0, std::memory_order_relaxed); }
 bool ShmChannel::has_data() const {
   return hdr_->head.load(std::memory_order_seq_cst) != hdr_->tail.load(std::memory_order_seq_cst) ||
+         hdr_->blocks_posted.load(std::memory_order_seq_cst) != hdr_->blocks_taken.load(std::memory_order_seq_cst) ||
          hdr_->producer_closed.load(std::memory_order_acquire);
 }
 void ShmChannel::interrupt() {
@@ -196,9 +262,11 @@ void ShmChannel::end_write_wait() { hdr_->producer_waiting.store(0, std::memory_
 
 bool ShmChannel::readable() {
   cached_ = hdr_->head.load(std::memory_order_seq_cst);
-  return cached_ != pos_ || hdr_->producer_closed.load(std::memory_order_acquire);
+  return cached_ != pos_ || hdr_->blocks_posted.load(std::memory_order_seq_cst) != blocks_ ||
+         hdr_->producer_closed.load(std::memory_order_acquire);
 }
 bool ShmChannel::writable() {
+  if (!block_taken()) return hdr_->consumer_closed.load(std::memory_order_acquire);
   cached_ = hdr_->tail.load(std::memory_order_seq_cst);
   return pos_ - cached_ < cap_ || hdr_->consumer_closed.load(std::memory_order_acquire);
 }

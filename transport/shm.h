@@ -14,7 +14,19 @@
 // most a slice, so that a dead peer is noticed: the TCP connection, kept open beside the
 // ring, reads EOF when the peer's process is gone. A side that closes sets `closed` and
 // wakes both words. Bytes written before a close are still delivered (as TCP does).
+//
+// Single copy (Open MPI's CMA): instead of copying a large message into the ring, the
+// producer may *post* it as a block (its address and length in the header); the consumer
+// copies it straight out of the producer's memory with process_vm_readv, in pieces, and
+// tells the producer when it has all of it. One copy instead of two, done by the side that
+// needs the bytes. A block is part of the stream: ring bytes written before it are read
+// first, and the producer writes nothing more until the block is taken. The consumer checks
+// at open() that it may read the producer's memory (ptrace rules, seccomp); the producer
+// posts only then, and only blocks of at least set_single_copy_min() bytes. A block still
+// untaken when the producer closes is not delivered: its memory may be gone.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstddef>
@@ -55,6 +67,20 @@ class ShmChannel {
   // end; their length, 0 when none), then taking `n` of them once used.
   const char* peek(size_t* len);
   void consume(size_t n);
+  // Single copy. Producer: post blocks of at least `bytes` (0: never) when the consumer
+  // could read our memory; can_post() says whether a block of `len` would be posted.
+  // post(): the consumer copies `data` out of our memory; it must stay as it is until
+  // block_taken() (or the channel closes). No write() meanwhile.
+  void set_single_copy_min(size_t bytes) { single_copy_min_ = bytes; }
+  bool can_post(size_t len) const;
+  void post(const char* data, size_t len);
+  bool block_taken() const;
+  // Consumer: the bytes left of a posted block when it is next in the stream (0: none, or
+  // ring bytes come first); pull() copies up to `len` of them into `dst` (-1 and errno when
+  // process_vm_readv fails: the producer is gone or broke its word).
+  size_t block_left();
+  ssize_t pull(char* dst, size_t len);
+
   // The peer has closed (Pair::close, Ring::fail, shutdown) and, for the consumer, every
   // byte it wrote has been read.
   bool peer_closed() const;
@@ -94,6 +120,12 @@ class ShmChannel {
   uint64_t cached_ = 0;  // producer: the tail last seen; consumer: the head last seen
   uint64_t pos_ = 0;     // producer: our head; consumer: our tail
   bool producer_ = false;
+  // Single copy. Producer: the smallest block to post, blocks posted; consumer: the
+  // producer's pid (0: no single copy), blocks taken, bytes taken of the current one.
+  size_t single_copy_min_ = 0;
+  uint64_t blocks_ = 0;
+  pid_t peer_pid_ = 0;
+  uint64_t block_off_ = 0;
   UniqueFd memfd_;
   std::string token_;
 };

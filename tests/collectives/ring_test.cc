@@ -44,7 +44,8 @@ std::vector<std::string> on_all(int n, Fn fn) {
 // A ring over real pairs on loopback among `members` (global ranks, in ring order); rank
 // r's host is hosts[r] (equal hosts: shared memory). Returns one ring per member.
 std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, RingOptions o,
-                                               const std::vector<std::string>& hosts, size_t shm_ring_bytes = 1 << 16) {
+                                               const std::vector<std::string>& hosts, size_t shm_ring_bytes = 1 << 16,
+                                               size_t single_copy = 0) {
   const int n = static_cast<int>(members.size());
   std::vector<std::unique_ptr<Ring>> rings(n);
   std::string secret = auth::new_secret();
@@ -61,6 +62,7 @@ std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, 
     po.self_rank = me;
     po.self_host = hosts[me];
     po.shm_ring_bytes = shm_ring_bytes;  // small (64 KiB by default): the rings wrap often
+    po.shm_single_copy_bytes = single_copy;
     po.deadline = transport::Clock::now() + std::chrono::seconds(20);
     Result<transport::Pair> out = Error{""};
     std::thread c([&] { out = transport::connect_pair({right, hosts[right], "127.0.0.1", ls[(i + 1) % n].port}, po); });
@@ -76,21 +78,22 @@ std::vector<std::unique_ptr<Ring>> rings_among(const std::vector<int>& members, 
 }
 
 std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const std::vector<std::string>& hosts,
-                                                   size_t shm_ring_bytes = 1 << 16) {
+                                                   size_t shm_ring_bytes = 1 << 16, size_t single_copy = 0) {
   std::vector<int> all(n);
   for (int r = 0; r < n; ++r) all[r] = r;
-  return rings_among(all, o, hosts, shm_ring_bytes);
+  return rings_among(all, o, hosts, shm_ring_bytes, single_copy);
 }
 
 // rings[r] sends to r+1 and receives from r-1. mode: "unix" (socketpairs), "shm" (one
-// host), "mixed" (the first half of the ranks on host a, the rest on host b).
+// host), "cma" (one host, messages of 4 KiB and more by single copy), "mixed" (the first
+// half of the ranks on host a, the rest on host b).
 std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}, const std::string& mode = "unix") {
   std::vector<std::unique_ptr<Ring>> rings(n);
   if (n > 1 && mode != "unix") {
     std::vector<std::string> hosts(n, "h");
     if (mode == "mixed")
       for (int r = 0; r < n; ++r) hosts[r] = r < (n + 1) / 2 ? "a" : "b";
-    return make_pair_rings(n, o, hosts);
+    return make_pair_rings(n, o, hosts, 1 << 16, mode == "cma" ? 4096 : 0);
   }
   if (n == 1) {
     rings[0] = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, o);
@@ -210,6 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
                          ::testing::Values(RingCase{1, "unix"}, RingCase{2, "unix"}, RingCase{3, "unix"},
                                            RingCase{4, "unix"}, RingCase{7, "unix"}, RingCase{2, "shm"},
                                            RingCase{3, "shm"}, RingCase{4, "shm"}, RingCase{7, "shm"},
+                                           RingCase{2, "cma"}, RingCase{3, "cma"}, RingCase{4, "cma"},
                                            RingCase{3, "mixed"}, RingCase{4, "mixed"}, RingCase{7, "mixed"}),
                          [](const ::testing::TestParamInfo<RingCase>& i) {
                            return std::to_string(i.param.n) + "_" + i.param.mode;
@@ -264,7 +268,7 @@ TEST_P(RingDeadPeer, FailsFastNamingIt) {
   EXPECT_EQ(results[0].find("later call succeeded"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "mixed"));
+INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "cma", "mixed"));
 
 // The engine's background thread waits in watch_left() while another thread may close the
 // ring (a failed collective): close() wakes it and waits for it, over TCP (a poll() with

@@ -94,13 +94,15 @@ struct Linked {
 };
 
 // Rank 0 (host host0) connects to rank 1 (host host1) through a real listener.
-Linked link(const std::string& host0, const std::string& host1, size_t ring_bytes, bool accept_shm = true) {
+Linked link(const std::string& host0, const std::string& host1, size_t ring_bytes, bool accept_shm = true,
+            size_t single_copy = 0) {
   std::string secret = auth::new_secret();
   auto l = listen_tcp("127.0.0.1", "127.0.0.1");
   EXPECT_TRUE(l.ok());
   auto o0 = opts(secret, 0), o1 = opts(secret, 1);
   o0.self_host = host0;
   o0.shm_ring_bytes = ring_bytes;
+  o0.shm_single_copy_bytes = single_copy;
   o1.self_host = host1;
   o1.shm_accept = accept_shm;
   Linked k;
@@ -300,6 +302,77 @@ TEST(ShmPair, BytesSentBeforeACloseArriveThenTheCloseIsNamed) {
   EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
 }
 
+// Single copy: a message of at least the threshold is posted, and the receiver copies it
+// out of the sender's memory; bytes that went through the ring before it arrive first, and
+// in-place delivery still gets whole units when one is split between the ring and a block.
+TEST(ShmPair, LargeMessagesGoBySingleCopyInStreamOrder) {
+  auto k = link("h", "h", 4096, true, /*single_copy=*/8192);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ShmChannel* out = k.out->shm();
+  ASSERT_NE(out, nullptr);
+  EXPECT_FALSE(out->can_post(8191));
+  ASSERT_TRUE(out->can_post(8192)) << "the consumer could not read our memory";
+  Pair none;
+  std::string head(3, 'h'), msg(5 << 20, '\0'), got(head.size() + msg.size(), '\0');
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<char>(i * 131 + i / 4099);
+  // 3 bytes through the ring, then the block: the receiver's 8-byte units straddle them.
+  ASSERT_TRUE(transfer(&*k.out, &none, [&] { TransferSpec t; t.send = head.data(); t.send_len = 3; return t; }(), 10, 0).ok());
+  auto sender = std::async(std::launch::async, [&] {
+    TransferSpec spec;
+    spec.send = msg.data();
+    spec.send_len = msg.size();
+    return transfer(&*k.out, &none, spec, 10, 0);  // returns once the receiver has it all
+  });
+  size_t bad_units = 0, expect_off = 0;
+  std::string window(4096, '\0');
+  TransferSpec spec;
+  spec.recv = window.data();
+  spec.recv_len = got.size() - 11;  // whole units; the last 11 bytes below, as plain bytes
+  spec.recv_window = window.size();
+  spec.notify_bytes = 1 << 16;
+  spec.direct_unit = 8;
+  spec.on_recv_direct = [&](size_t off, const char* data, size_t len) {
+    if (off != expect_off || len % 8) ++bad_units;
+    std::memcpy(got.data() + off, data, len);
+    expect_off = off + len;
+  };
+  auto r = transfer(&none, &*k.in, spec, 10, 0);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  TransferSpec rest;
+  rest.recv = got.data() + got.size() - 11;
+  rest.recv_len = 11;
+  ASSERT_TRUE(transfer(&none, &*k.in, rest, 10, 0).ok());
+  ASSERT_EQ(sender.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto sent = sender.get();
+  ASSERT_TRUE(sent.ok()) << sent.error().message;
+  EXPECT_EQ(bad_units, 0u);
+  EXPECT_TRUE(got == head + msg);
+  EXPECT_FALSE(k.in->shm()->has_data());
+}
+
+// A block still posted when its sender closes is not delivered (its memory may be gone):
+// the receiver names the closed peer instead.
+TEST(ShmPair, BlockPostedBeforeACloseIsNotDelivered) {
+  auto k = link("h", "h", 4096, true, 4096);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ASSERT_TRUE(k.out->shm()->can_post(1 << 16));
+  std::string msg(1 << 16, 'x');
+  EXPECT_FALSE(k.in->shm()->has_data());
+  k.out->shm()->post(msg.data(), msg.size());
+  EXPECT_TRUE(k.in->shm()->has_data());  // the engine's watcher sees a posted block
+  EXPECT_EQ(k.in->shm()->block_left(), msg.size());
+  k.out->close();
+  std::string got(msg.size(), '\0');
+  TransferSpec recv;
+  recv.recv = got.data();
+  recv.recv_len = got.size();
+  Pair none;
+  auto s = transfer(&none, &*k.in, recv, 10, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
+  EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
+}
+
 // A local peer killed outright (SIGKILL: it closes nothing itself) is noticed within the
 // futex wait's slice, through the TCP connection kept beside the ring, and named.
 TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
@@ -341,6 +414,49 @@ TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
   EXPECT_LT(took, std::chrono::seconds(2));
+}
+
+// A sender killed with a block posted: its memory is gone, and the receiver names it.
+TEST(ShmPair, KilledSenderOfAPostedBlockIsNamed) {
+  std::string secret = auth::new_secret();
+  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
+  ASSERT_TRUE(l.ok());
+  int port = l->port;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto o = opts(secret, 0);
+    o.self_host = "h";
+    o.shm_ring_bytes = 1 << 16;
+    o.shm_single_copy_bytes = 4096;
+    auto out = connect_pair({1, "h", "127.0.0.1", port}, o);
+    if (!out.ok() || !out->is_shm() || !out->shm()->can_post(1 << 20)) _exit(3);
+    static char block[1 << 20];
+    out->shm()->post(block, sizeof block);
+    pause();  // posted, and silent until killed
+    _exit(0);
+  }
+  auto o = opts(secret, 1);
+  o.self_host = "h";
+  auto in = accept_pair(l->fd.get(), {0, "h", "127.0.0.1", 0}, o);
+  ASSERT_TRUE(in.ok()) << in.error().message;
+  ASSERT_TRUE(in->is_shm());
+  auto t0 = Clock::now();
+  while (in->shm()->block_left() == 0 && Clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(in->shm()->block_left(), size_t{1} << 20);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::string buf(1 << 20, '\0');
+  TransferSpec spec;
+  spec.recv = buf.data();
+  spec.recv_len = buf.size();
+  Pair none;
+  auto s = transfer(&none, &*in, spec, 30, 50);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
+  EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
 }
 
 }  // namespace hvdrun::transport

@@ -181,8 +181,9 @@ Status Runtime::connect_ring() {
   connector.join();
   if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
   if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);
-  spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank,
-                right->is_shm() ? "shared memory" : "TCP", ring_.left.rank, left->is_shm() ? "shared memory" : "TCP");
+  std::string to = !right->is_shm() ? "TCP" : right->shm()->single_copy() ? "shared memory (single copy)" : "shared memory";
+  spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank, to, ring_.left.rank,
+                left->is_shm() ? "shared memory" : "TCP");
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
   ring_comm_->on_fatal = [this](const Error& e) {
     // A time-out names the neighbour it waited on, which may itself be waiting: hvdrun

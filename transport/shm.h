@@ -73,6 +73,7 @@ class ShmChannel {
   // block_taken() (or the channel closes). No write() meanwhile.
   void set_single_copy_min(size_t bytes) { single_copy_min_ = bytes; }
   bool can_post(size_t len) const;
+  bool single_copy() const { return can_post(SIZE_MAX); }  // producer: blocks may be posted
   void post(const char* data, size_t len);
   bool block_taken() const;
   // Consumer: the bytes left of a posted block when it is next in the stream (0: none, or

@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <functional>
 #include <future>
 #include <cstring>
 #include <set>
 #include <thread>
+#include <utility>
 #include <gtest/gtest.h>
 
 #include "common/auth.h"
@@ -120,6 +122,46 @@ std::set<std::string> dev_shm() {
     closedir(d);
   }
   return names;
+}
+
+// Forks a child that connects as rank 0 of host h over shared memory, runs `then` on its
+// pair (posts a block, or nothing), and stays silent until killed; we accept as rank 1.
+struct LocalPeer {
+  pid_t pid = -1;
+  Result<Pair> in = Error{"not accepted"};
+  LocalPeer() = default;
+  LocalPeer(LocalPeer&& o) noexcept : pid(std::exchange(o.pid, -1)), in(std::move(o.in)) {}
+  ~LocalPeer() { reap(); }
+  void reap() {  // kills it (if it still runs) and waits for it: no test leaves it behind
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+};
+LocalPeer fork_local_peer(size_t single_copy, const std::function<bool(Pair&)>& then) {
+  std::string secret = auth::new_secret();
+  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
+  EXPECT_TRUE(l.ok());
+  LocalPeer p;
+  if (!l.ok()) return p;
+  int port = l->port;
+  p.pid = fork();
+  EXPECT_GE(p.pid, 0);
+  if (p.pid == 0) {
+    auto o = opts(secret, 0);
+    o.self_host = "h";
+    o.shm_ring_bytes = 1 << 16;
+    o.shm_single_copy_bytes = single_copy;
+    auto out = connect_pair({1, "h", "127.0.0.1", port}, o);
+    if (!out.ok() || !out->is_shm() || !then(*out)) _exit(3);
+    pause();
+    _exit(0);
+  }
+  auto o = opts(secret, 1);
+  o.self_host = "h";
+  p.in = accept_pair(l->fd.get(), {0, "h", "127.0.0.1", 0}, o);
+  return p;
 }
 
 }  // namespace
@@ -376,24 +418,9 @@ TEST(ShmPair, BlockPostedBeforeACloseIsNotDelivered) {
 // A local peer killed outright (SIGKILL: it closes nothing itself) is noticed within the
 // futex wait's slice, through the TCP connection kept beside the ring, and named.
 TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
-  std::string secret = auth::new_secret();
-  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
-  ASSERT_TRUE(l.ok());
-  int port = l->port;
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto o = opts(secret, 0);
-    o.self_host = "h";
-    o.shm_ring_bytes = 1 << 16;
-    auto out = connect_pair({1, "h", "127.0.0.1", port}, o);
-    if (!out.ok() || !out->is_shm()) _exit(3);
-    pause();  // connected and silent until killed
-    _exit(0);
-  }
-  auto o = opts(secret, 1);
-  o.self_host = "h";
-  auto in = accept_pair(l->fd.get(), {0, "h", "127.0.0.1", 0}, o);
+  auto peer = fork_local_peer(0, [](Pair&) { return true; });  // connected and silent
+  pid_t child = peer.pid;
+  auto& in = peer.in;
   ASSERT_TRUE(in.ok()) << in.error().message;
   ASSERT_TRUE(in->is_shm());
   auto killer = std::async(std::launch::async, [&] {
@@ -409,8 +436,7 @@ TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
   auto s = transfer(&none, &*in, spec, 30, 50);
   auto took = Clock::now() - t0;
   killer.get();
-  int status = 0;
-  waitpid(child, &status, 0);
+  peer.reap();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
   EXPECT_LT(took, std::chrono::seconds(2));
@@ -418,36 +444,20 @@ TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
 
 // A sender killed with a block posted: its memory is gone, and the receiver names it.
 TEST(ShmPair, KilledSenderOfAPostedBlockIsNamed) {
-  std::string secret = auth::new_secret();
-  auto l = listen_tcp("127.0.0.1", "127.0.0.1");
-  ASSERT_TRUE(l.ok());
-  int port = l->port;
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto o = opts(secret, 0);
-    o.self_host = "h";
-    o.shm_ring_bytes = 1 << 16;
-    o.shm_single_copy_bytes = 4096;
-    auto out = connect_pair({1, "h", "127.0.0.1", port}, o);
-    if (!out.ok() || !out->is_shm() || !out->shm()->can_post(1 << 20)) _exit(3);
+  auto peer = fork_local_peer(4096, [](Pair& out) {
     static char block[1 << 20];
-    out->shm()->post(block, sizeof block);
-    pause();  // posted, and silent until killed
-    _exit(0);
-  }
-  auto o = opts(secret, 1);
-  o.self_host = "h";
-  auto in = accept_pair(l->fd.get(), {0, "h", "127.0.0.1", 0}, o);
+    if (!out.shm()->can_post(sizeof block)) return false;
+    out.shm()->post(block, sizeof block);
+    return true;
+  });
+  auto& in = peer.in;
   ASSERT_TRUE(in.ok()) << in.error().message;
   ASSERT_TRUE(in->is_shm());
   auto t0 = Clock::now();
   while (in->shm()->block_left() == 0 && Clock::now() - t0 < std::chrono::seconds(10))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(in->shm()->block_left(), size_t{1} << 20);
-  kill(child, SIGKILL);
-  int status = 0;
-  waitpid(child, &status, 0);
+  peer.reap();
   std::string buf(1 << 20, '\0');
   TransferSpec spec;
   spec.recv = buf.data();

@@ -200,11 +200,13 @@ constexpr auto kLivenessSlice = std::chrono::milliseconds(20);
 
 // A single-copy read that failed (-1, errno) or found the producer closed (0): a producer
 // that is gone (ESRCH) or closed is named as closed_error does.
-Error pull_error(Pair& p, ssize_t n) {
+// A live peer whose memory the kernel will not copy (EFAULT, EPERM) is not a failure: the
+// block is refused and its rest comes through the ring (Status ok, nothing delivered).
+Status pull_error(Pair& p, ssize_t n) {
   if (n == 0 || errno == ESRCH) return closed_error(p);
-  int err = errno;
-  if (auto st = check_alive(p); !st) return st.error();
-  return make_error("copy from the memory of " + p.peer().describe() + " (single copy): " + std::strerror(err));
+  if (auto st = check_alive(p); !st) return st;
+  p.shm()->refuse_block();
+  return {};
 }
 
 
@@ -224,8 +226,9 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
   const bool partial = s.sent_out != nullptr && !s.send_follows_recv;
   // A whole message that is there already may go by single copy: the consumer copies it out
   // of our memory, and the send is done when it has (the caller keeps the buffer till then).
-  const bool posted = out_shm && !s.send_follows_recv && !partial && out_shm->can_post(s.send_len);
+  bool posted = out_shm && !s.send_follows_recv && !partial && out_shm->can_post(s.send_len);
   if (posted) out_shm->post(s.send, s.send_len);
+  uint64_t pulled_seen = posted ? out_shm->block_progress() : 0;
   bool tried_send = false;
   while (received < s.recv_len || (sent < s.send_len && !(partial && tried_send))) {
     bool progressed = false;
@@ -241,7 +244,11 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
         // Single copy, out of the producer's memory (where it posted the block).
         if (direct && (bounce_fill || block < unit)) {
           n = in_shm->pull(bounce + bounce_fill, unit - bounce_fill);
-          if (n <= 0) return pull_error(*in, n);
+          if (n <= 0) {
+            if (auto st = pull_error(*in, n); !st) return st;
+            n = 0;
+            continue;
+          }
           bounce_fill += static_cast<size_t>(n);
           progressed = true;
           n = 0;
@@ -256,7 +263,11 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
           thread_local std::vector<char> scratch;
           if (scratch.size() < take) scratch.resize(take);
           n = in_shm->pull(scratch.data(), take);
-          if (n <= 0) return pull_error(*in, n);
+          if (n <= 0) {
+            if (auto st = pull_error(*in, n); !st) return st;
+            n = 0;
+            continue;
+          }
           size_t whole = static_cast<size_t>(n) - static_cast<size_t>(n) % unit;  // short: keep the tail
           if (whole) s.on_recv_direct(received, scratch.data(), whole);
           bounce_fill = static_cast<size_t>(n) - whole;
@@ -266,7 +277,11 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
           n = 0;
         } else {
           n = in_shm->pull(dst, std::min(want, std::max<size_t>(s.notify_bytes, 64 << 10)));
-          if (n <= 0) return pull_error(*in, n);
+          if (n <= 0) {
+            if (auto st = pull_error(*in, n); !st) return st;
+            n = 0;
+            continue;
+          }
         }
       } else if (direct) {
         // In place: whole units where they lie; a unit split by the ring's end (or not yet
@@ -321,10 +336,15 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       const char* src = s.send_follows_recv ? s.recv : s.send;
       if (posted) {
         if (out_shm->block_taken()) {
-          sent = s.send_len;
+          size_t at = out_shm->refused_at();
+          sent = at == SIZE_MAX ? s.send_len : at;  // refused: the rest goes through the ring
+          posted = false;
           progressed = true;
         } else if (out_shm->peer_closed()) {
           return closed_error(*out);
+        } else if (uint64_t p = out_shm->block_progress(); p != pulled_seen) {
+          pulled_seen = p;  // the consumer is copying: not a silent peer
+          progressed = true;
         }
       } else if (out_shm) {
         size_t n = out_shm->write(src + sent, can_send - sent);

@@ -19,6 +19,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x68766472756e7368ull;  // "hvdrunsh"
 constexpr size_t kHeaderBytes = 4096;               // the data starts on its own page
+constexpr uint64_t kNotRefused = ~0ull;
 
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449
@@ -59,6 +60,8 @@ struct ShmChannel::Header {
   std::atomic<uint32_t> consumer_closed;
   std::atomic<uint32_t> single_copy_ok;    // the consumer could read the producer's memory
   std::atomic<uint64_t> blocks_taken;
+  std::atomic<uint64_t> block_pulled;      // bytes of the current block taken (progress)
+  std::atomic<uint64_t> block_refused_at;  // kNotRefused, or where the kernel refused a copy
   alignas(64) char producer_reason[256];  // written before producer_closed
   char consumer_reason[256];               // written before consumer_closed
 };
@@ -109,6 +112,7 @@ Result<ShmChannel> ShmChannel::create(size_t ring_bytes) {
   c.hdr_->magic = kMagic;
   c.hdr_->capacity = cap;
   c.hdr_->producer_addr = reinterpret_cast<uint64_t>(p);
+  c.hdr_->block_refused_at.store(kNotRefused);
   std::memcpy(c.hdr_->token, c.token_.data(), kTokenBytes);
   return c;
 }
@@ -173,6 +177,7 @@ ssize_t ShmChannel::pull(char* dst, size_t len) {
     if (got == 0) errno = EFAULT;
     return -1;
   }
+  hdr_->block_pulled.store(block_off_ + static_cast<uint64_t>(got), std::memory_order_relaxed);
   // A producer that closed meanwhile may have freed the block: what we read is not its.
   if (hdr_->producer_closed.load(std::memory_order_acquire)) return 0;
   block_off_ += static_cast<uint64_t>(got);
@@ -248,6 +253,27 @@ ShmChannel::Wait ShmChannel::prepare_watch() {
   return {&hdr_->data_seq, hdr_->data_seq.load(std::memory_order_seq_cst)};
 }
 void ShmChannel::end_watch() { hdr_->watcher_waiting.store(0, std::memory_order_relaxed); }
+void ShmChannel::refuse_block() {
+  // The producer's memory is still there (a live peer) but the kernel will not copy it
+  // (memfd_secret, device memory, a sender made non-dumpable): the block ends here, the
+  // producer sends the rest through the ring, and single copy stops on this channel.
+  hdr_->single_copy_ok.store(0, std::memory_order_seq_cst);
+  hdr_->block_refused_at.store(block_off_, std::memory_order_seq_cst);
+  block_off_ = 0;
+  hdr_->blocks_taken.store(++blocks_, std::memory_order_seq_cst);
+  hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&hdr_->space_seq);
+}
+
+size_t ShmChannel::refused_at() {
+  uint64_t at = hdr_->block_refused_at.exchange(kNotRefused, std::memory_order_seq_cst);
+  return at == kNotRefused ? SIZE_MAX : static_cast<size_t>(at);
+}
+
+uint64_t ShmChannel::block_progress() const {
+  return hdr_->block_pulled.load(std::memory_order_relaxed) + hdr_->blocks_taken.load(std::memory_order_relaxed);
+}
+
 bool ShmChannel::has_data() const {
   return hdr_->head.load(std::memory_order_seq_cst) != hdr_->tail.load(std::memory_order_seq_cst) ||
          hdr_->blocks_posted.load(std::memory_order_seq_cst) != hdr_->blocks_taken.load(std::memory_order_seq_cst) ||

@@ -81,6 +81,13 @@ class ShmChannel {
   // process_vm_readv fails: the producer is gone or broke its word).
   size_t block_left();
   ssize_t pull(char* dst, size_t len);
+  // Consumer: the kernel refused a pull on a live producer: end the block where it stands
+  // (the producer sends the rest through the ring) and stop single copy on this channel.
+  void refuse_block();
+  // Producer, once block_taken(): where the consumer refused the block (SIZE_MAX: it took
+  // it all); reading it clears it. block_progress() changes as the consumer pulls.
+  size_t refused_at();
+  uint64_t block_progress() const;
 
   // The peer has closed (Pair::close, Ring::fail, shutdown) and, for the consumer, every
   // byte it wrote has been read.

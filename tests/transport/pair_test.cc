@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -467,6 +469,71 @@ TEST(ShmPair, KilledSenderOfAPostedBlockIsNamed) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
   EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
+}
+
+// A sender whose block the receiver is copying, slowly but steadily, is not waiting on a
+// silent peer: it must not time out (over the ring, freed space is its progress).
+TEST(ShmPair, PostedSenderToASlowReaderDoesNotTimeOut) {
+  auto k = link("h", "h", 1 << 16, true, 4096);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ASSERT_TRUE(k.out->shm()->can_post(16 << 20));
+  std::string msg(16 << 20, 'm'), got(msg.size(), '\0');
+  Pair none;
+  auto sender = std::async(std::launch::async, [&] {
+    TransferSpec spec;
+    spec.send = msg.data();
+    spec.send_len = msg.size();
+    return transfer(&*k.out, &none, spec, 0.25, 0);  // 0.25 s without progress fails
+  });
+  TransferSpec spec;
+  spec.recv = got.data();
+  spec.recv_len = got.size();
+  spec.notify_bytes = 256 << 10;
+  spec.direct_unit = 4;
+  spec.on_recv_direct = [&](size_t off, const char* data, size_t len) {
+    std::memcpy(got.data() + off, data, len);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // 640 ms in all
+  };
+  auto r = transfer(&none, &*k.in, spec, 30, 0);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  auto sent = sender.get();
+  EXPECT_TRUE(sent.ok()) << sent.error().message;
+  EXPECT_TRUE(got == msg);
+}
+
+// Memory the sender reads but the kernel will not copy to another process (memfd_secret;
+// device mappings are alike): the block is refused, its rest comes through the ring, and
+// single copy stops on that channel. Nothing fails.
+TEST(ShmPair, MemoryTheKernelWillNotCopyGoesThroughTheRing) {
+  int fd = static_cast<int>(syscall(447 /* memfd_secret */, 0));
+  if (fd < 0) GTEST_SKIP() << "this kernel has no memfd_secret";
+  const size_t len = 1 << 20;
+  ASSERT_EQ(ftruncate(fd, len), 0);
+  char* p = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  for (size_t i = 0; i < len; ++i) p[i] = static_cast<char>(i * 7 + i / 999);
+  auto k = link("h", "h", 1 << 16, true, 4096);
+  ASSERT_TRUE(k.out.ok() && k.in.ok());
+  ASSERT_TRUE(k.out->shm()->can_post(len));
+  Pair none;
+  auto sender = std::async(std::launch::async, [&] {
+    TransferSpec spec;
+    spec.send = p;
+    spec.send_len = len;
+    return transfer(&*k.out, &none, spec, 5, 0);
+  });
+  std::string got(len, '\0');
+  TransferSpec spec;
+  spec.recv = got.data();
+  spec.recv_len = len;
+  auto r = transfer(&none, &*k.in, spec, 5, 0);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  auto s = sender.get();
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(std::memcmp(got.data(), p, len), 0);
+  EXPECT_FALSE(k.out->shm()->can_post(len));
+  munmap(p, len);
+  ::close(fd);
 }
 
 }  // namespace hvdrun::transport

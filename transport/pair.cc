@@ -199,9 +199,9 @@ Status check_alive(Pair& p) {
 constexpr auto kLivenessSlice = std::chrono::milliseconds(20);
 
 // A single-copy read that failed (-1, errno) or found the producer closed (0): a producer
-// that is gone (ESRCH) or closed is named as closed_error does.
-// A live peer whose memory the kernel will not copy (EFAULT, EPERM) is not a failure: the
-// block is refused and its rest comes through the ring (Status ok, nothing delivered).
+// that is gone (ESRCH) or closed is named as closed_error does. A live peer whose memory
+// the kernel will not copy (EFAULT, EPERM) is not a failure: the block is refused and its
+// rest comes through the ring (Status ok, nothing delivered).
 Status pull_error(Pair& p, ssize_t n) {
   if (n == 0 || errno == ESRCH) return closed_error(p);
   if (auto st = check_alive(p); !st) return st;
@@ -241,46 +241,44 @@ Status transfer(Pair* out, Pair* in, const TransferSpec& s, double timeout_s, in
       }
       ssize_t n;
       if (size_t block = in_shm ? in_shm->block_left() : 0) {
-        // Single copy, out of the producer's memory (where it posted the block).
-        if (direct && (bounce_fill || block < unit)) {
-          n = in_shm->pull(bounce + bounce_fill, unit - bounce_fill);
-          if (n <= 0) {
-            if (auto st = pull_error(*in, n); !st) return st;
-            n = 0;
-            continue;
-          }
-          bounce_fill += static_cast<size_t>(n);
-          progressed = true;
-          n = 0;
-          if (bounce_fill == unit) {
-            s.on_recv_direct(received, bounce, unit);
-            bounce_fill = 0;
-            received += unit;
-          }
+        // Single copy, out of the producer's memory (where it posted the block): in place
+        // a unit split by the ring or the block's end goes through `bounce`, whole units
+        // through a cache-sized buffer; plain bytes straight to their place.
+        const bool via_bounce = direct && (bounce_fill || block < unit);
+        thread_local std::vector<char> scratch;
+        char* to = dst;
+        size_t len = std::min(want, std::max<size_t>(s.notify_bytes, 64 << 10));
+        if (via_bounce) {
+          to = bounce + bounce_fill;
+          len = unit - bounce_fill;
         } else if (direct) {
-          size_t take = std::min({block, s.recv_len - received, std::max(unit, s.notify_bytes)});
-          take -= take % unit;
-          thread_local std::vector<char> scratch;
-          if (scratch.size() < take) scratch.resize(take);
-          n = in_shm->pull(scratch.data(), take);
-          if (n <= 0) {
-            if (auto st = pull_error(*in, n); !st) return st;
-            n = 0;
-            continue;
-          }
-          size_t whole = static_cast<size_t>(n) - static_cast<size_t>(n) % unit;  // short: keep the tail
-          if (whole) s.on_recv_direct(received, scratch.data(), whole);
-          bounce_fill = static_cast<size_t>(n) - whole;
-          std::memcpy(bounce, scratch.data() + whole, bounce_fill);
-          received += whole;
+          len = std::min({block, s.recv_len - received, std::max(unit, s.notify_bytes)});
+          len -= len % unit;
+          if (scratch.size() < len) scratch.resize(len);
+          to = scratch.data();
+        }
+        n = in_shm->pull(to, len);
+        if (n <= 0) {
+          if (auto st = pull_error(*in, n); !st) return st;
+          continue;
+        }
+        if (direct) {
+          size_t got = static_cast<size_t>(n);
           progressed = true;
-          n = 0;
-        } else {
-          n = in_shm->pull(dst, std::min(want, std::max<size_t>(s.notify_bytes, 64 << 10)));
-          if (n <= 0) {
-            if (auto st = pull_error(*in, n); !st) return st;
-            n = 0;
-            continue;
+          n = 0;  // delivered here
+          if (via_bounce) {
+            bounce_fill += got;
+            if (bounce_fill == unit) {
+              s.on_recv_direct(received, bounce, unit);
+              bounce_fill = 0;
+              received += unit;
+            }
+          } else {
+            size_t whole = got - got % unit;  // short: keep the tail
+            if (whole) s.on_recv_direct(received, scratch.data(), whole);
+            bounce_fill = got - whole;
+            std::memcpy(bounce, scratch.data() + whole, bounce_fill);
+            received += whole;
           }
         }
       } else if (direct) {

@@ -66,6 +66,21 @@ struct ShmChannel::Header {
   char consumer_reason[256];               // written before consumer_closed
 };
 
+// A side that made the other's wait pointless (data or a block for the consumer, space or
+// a taken block for the producer) bumps that side's word and wakes it, when it waits.
+void ShmChannel::wake_consumer() {
+  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst) || hdr_->watcher_waiting.load(std::memory_order_seq_cst)) {
+    hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&hdr_->data_seq);
+  }
+}
+void ShmChannel::wake_producer() {
+  if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
+    hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&hdr_->space_seq);
+  }
+}
+
 ShmChannel::~ShmChannel() { close(); }
 
 ShmChannel::ShmChannel(ShmChannel&& o) noexcept { *this = std::move(o); }
@@ -154,10 +169,7 @@ void ShmChannel::post(const char* data, size_t len) {
   hdr_->block_addr = reinterpret_cast<uint64_t>(data);
   hdr_->block_len = len;
   hdr_->blocks_posted.store(++blocks_, std::memory_order_seq_cst);
-  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst) || hdr_->watcher_waiting.load(std::memory_order_seq_cst)) {
-    hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&hdr_->data_seq);
-  }
+  wake_consumer();
 }
 
 bool ShmChannel::block_taken() const { return hdr_->blocks_taken.load(std::memory_order_acquire) == blocks_; }
@@ -184,10 +196,7 @@ ssize_t ShmChannel::pull(char* dst, size_t len) {
   if (block_off_ == hdr_->block_len) {
     block_off_ = 0;
     hdr_->blocks_taken.store(++blocks_, std::memory_order_seq_cst);
-    if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
-      hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(&hdr_->space_seq);
-    }
+    wake_producer();
   }
   return got;
 }
@@ -201,10 +210,7 @@ size_t ShmChannel::write(const char* src, size_t len) {
   if (n > first) std::memcpy(data_, src + first, n - first);
   pos_ += n;
   hdr_->head.store(pos_, std::memory_order_seq_cst);
-  if (hdr_->consumer_waiting.load(std::memory_order_seq_cst) || hdr_->watcher_waiting.load(std::memory_order_seq_cst)) {
-    hdr_->data_seq.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&hdr_->data_seq);
-  }
+  wake_consumer();
   return n;
 }
 
@@ -229,10 +235,7 @@ const char* ShmChannel::peek(size_t* len) {
 void ShmChannel::consume(size_t n) {
   pos_ += n;
   hdr_->tail.store(pos_, std::memory_order_seq_cst);
-  if (hdr_->producer_waiting.load(std::memory_order_seq_cst)) {
-    hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&hdr_->space_seq);
-  }
+  wake_producer();
 }
 
 bool ShmChannel::peer_closed() const {
@@ -261,8 +264,7 @@ void ShmChannel::refuse_block() {
   hdr_->block_refused_at.store(block_off_, std::memory_order_seq_cst);
   block_off_ = 0;
   hdr_->blocks_taken.store(++blocks_, std::memory_order_seq_cst);
-  hdr_->space_seq.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake(&hdr_->space_seq);
+  wake_producer();
 }
 
 size_t ShmChannel::refused_at() {

@@ -77,8 +77,9 @@ class ShmChannel {
   void post(const char* data, size_t len);
   bool block_taken() const;
   // Consumer: the bytes left of a posted block when it is next in the stream (0: none, or
-  // ring bytes come first); pull() copies up to `len` of them into `dst` (-1 and errno when
-  // process_vm_readv fails: the producer is gone or broke its word).
+  // ring bytes come first); pull() copies up to `len` of them into `dst`: their number, 0
+  // when the producer closed meanwhile (nothing delivered), -1 and errno when
+  // process_vm_readv fails (the producer is gone: ESRCH; or the kernel refuses).
   size_t block_left();
   ssize_t pull(char* dst, size_t len);
   // Consumer: the kernel refused a pull on a live producer: end the block where it stands
@@ -122,6 +123,8 @@ class ShmChannel {
 
  private:
   struct Header;
+  void wake_consumer();
+  void wake_producer();
   Header* hdr_ = nullptr;
   char* data_ = nullptr;
   size_t cap_ = 0, map_bytes_ = 0;

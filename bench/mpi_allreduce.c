@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
       b[i] = 0.f;
     }
     int iters = bytes >= (16u << 20) ? 5 : bytes >= (1u << 20) ? 20 : 200; /* as bench-allreduce.sh runs hvdrun-bench */
-    for (int i = 0; i < 3; ++i) MPI_Allreduce(a, b, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < iters; ++i) MPI_Allreduce(a, b, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* warm-up */
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int i = 0; i < iters; ++i) MPI_Allreduce(a, b, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

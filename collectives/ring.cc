@@ -30,6 +30,9 @@
 // Each host sends 2(C-1)/C of the buffer over the network instead of 2(n-1)/n per ring
 // link of a flat ring, whose links between hosts carry everything.
 //
+// A job whose ranks all share one host may attach the host's shared segment (attach_group):
+// allreduces then go through it in one or two barriers instead of ring steps (ring_group.cc).
+//
 // Before each collective, every rank sends a small header (sequence number, kind, count,
 // dtype, op, root) to its right and compares the one from its left with its own: ranks
 // that disagree fail with both calls named instead of reducing garbage or hanging.
@@ -42,47 +45,9 @@
 
 #include "collectives/dtype.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/ring_header.h"
 
 namespace hvdrun {
-
-namespace {
-
-enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
-
-const char* kind_name(uint8_t k) {
-  switch (k) {
-    case kAllreduce: return "allreduce";
-    case kBroadcast: return "broadcast";
-    case kAllgather: return "allgather";
-    case kBarrier: return "barrier";
-  }
-  return "?";
-}
-
-inline int mod(int a, int n) { return ((a % n) + n) % n; }
-
-// Chunk c of n of a buffer of `count` elements starts at element chunk_offset(count, n, c)
-// (the first count % n chunks are one element longer).
-inline size_t chunk_offset(size_t count, int n, int c) { return (count / n) * c + std::min<size_t>(c, count % n); }
-
-}  // namespace
-
-struct Ring::Header {
-  uint64_t seq;
-  uint64_t count;
-  int32_t root;
-  uint8_t kind, dtype, op, pad;
-  bool operator==(const Header& o) const {
-    return seq == o.seq && count == o.count && root == o.root && kind == o.kind && dtype == o.dtype && op == o.op;
-  }
-  std::string describe() const {
-    std::string s = std::string(kind_name(kind)) + "(count=" + std::to_string(count);
-    if (kind != kBarrier) s += std::string(", ") + dtype_name(static_cast<hvd_dtype_t>(dtype));
-    if (kind == kAllreduce) s += std::string(", ") + op_name(static_cast<hvd_op_t>(op));
-    if (kind == kBroadcast) s += ", root=" + std::to_string(root);
-    return s + ") #" + std::to_string(seq);
-  }
-};
 
 Ring::Ring(int rank, int size, transport::Pair right, transport::Pair left, RingOptions opts)
     : rank_(rank), size_(size), right_(std::move(right)), left_(std::move(left)), opts_(opts) {}
@@ -103,6 +68,7 @@ void Ring::close(const std::string& reason) {
   left_.close(reason);
   if (local_) local_->close(reason);
   if (cross_) cross_->close(reason);
+  if (group_) group_->close(reason);
 }
 
 Status Ring::fail(Error e) {
@@ -191,6 +157,9 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
   // Out of place, the flat ring reads the input where it is (reduce_scatter_steps' `in`):
   // no copy into the output first. The other paths start from a copy.
   const char* in = sendbuf != recvbuf && count ? static_cast<const char*>(sendbuf) : nullptr;
+  // Every rank on one host: through the host's shared segment (ring_group.cc).
+  if (group_ && size_ > 1 && count * es <= group_max_bytes_)
+    return group_allreduce(h, static_cast<const char*>(sendbuf), buf, count, dtype, op);
   // One pass moves n-1 copies of the buffer through each rank, the two-phase ring 2(n-1)/n
   // of it in twice the hops: one pass while those n-1 copies are at most small_bytes.
   const bool one_pass = size_ > 1 && count * es * static_cast<size_t>(size_ - 1) <= opts_.small_bytes;

@@ -154,6 +154,13 @@ bool spin_yields(int local_ranks) {
   return !(CPU_COUNT(&set) == 1 && local_ranks <= static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// HVDRUN_SHM_ALLREDUCE_BYTES; "auto": no limit from 3 ranks on, never with 2 (their ring is
+// one hop each way: the segment's copy in, reduce and copy out only add work).
+size_t shm_allreduce_bytes(int ranks) {
+  if (tunable_string("HVDRUN_SHM_ALLREDUCE_BYTES") == "auto") return ranks >= 3 ? SIZE_MAX : 0;
+  return static_cast<size_t>(tunable_int("HVDRUN_SHM_ALLREDUCE_BYTES"));
+}
+
 Status Runtime::connect_ring() {
   RingOptions ro;
   ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
@@ -198,6 +205,17 @@ Status Runtime::connect_ring() {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (client_) (void)client_->set(rdv::kLostKeyPrefix + std::to_string(view_.rank), std::to_string(peer), 5);
   };
+  // Every rank on this host: allreduces through the host's shared segment (ring_group.cc).
+  if (view_.local_size == view_.size && po.shm_accept) {
+    size_t max_bytes = shm_allreduce_bytes(view_.size);
+    std::string why;
+    auto attached = max_bytes ? ring_comm_->attach_group(view_.host, max_bytes, &why) : Result<bool>(false);
+    if (!attached) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + attached.error().message);
+    if (*attached)
+      spdlog::debug("rank {}: allreduces of at most {} bytes through this host's shared segment", view_.rank, max_bytes);
+    else if (max_bytes)
+      spdlog::debug("rank {}: no shared segment for allreduces ({}): the ring carries them", view_.rank, why);
+  }
   auto wanted = hierarchy_from_tunables();
   if (!wanted) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view_.rank) + ": " + wanted.error().message);
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.

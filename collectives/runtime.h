@@ -123,6 +123,9 @@ class Runtime {
 };
 
 int spin_microseconds(int local_ranks);
+// The largest allreduce that goes through the host's shared segment, in a one-host job of
+// `ranks` (HVDRUN_SHM_ALLREDUCE_BYTES).
+size_t shm_allreduce_bytes(int ranks);
 
 // Reads the rank contract from the environment (pure over a getter, for tests; the
 // runtime passes tunable_if_set).

@@ -54,6 +54,11 @@ constexpr Tunable kTable[] = {
      "Messages between ranks of one host of at least this many bytes are copied once, straight out of the "
      "sender's memory (process_vm_readv, as Open MPI's CMA), instead of through the ring; 0: never. "
      "Used only where the kernel lets a rank read its peer's memory."},
+    {"HVDRUN_SHM_ALLREDUCE_BYTES", "auto", TunableUse::kWorker,
+     "In a job whose ranks all share one host, allreduces of at most this many bytes go through one "
+     "shared segment of the host (every rank adds its share of every rank's data: two barriers, not "
+     "2(n-1) ring steps); larger ones through the ring. 0: never. auto: every size with 3 or more ranks, "
+     "never with 2 (their ring is one hop each way)."},
     {"HVDRUN_HIERARCHICAL_ALLREDUCE", "", TunableUse::kWorker,
      "auto, 1 or 0: allreduce as reduce-scatter within each host (shared memory), allreduce of each "
      "shard between hosts, allgather within the host (hvdrun --hierarchical-allreduce); "
@@ -149,6 +154,7 @@ constexpr Range kRanges[] = {
     {"HVDRUN_SOCKET_BUFFER", 65536, 1 << 30, "bytes", " (or 0: the kernel's default)", true},
     {"HVDRUN_SHM_RING_BYTES", 4096, 1 << 30, "bytes"},
     {"HVDRUN_SHM_SINGLE_COPY_BYTES", 4096, 1ull << 40, "bytes", " (or 0: never)", true},
+    {"HVDRUN_SHM_ALLREDUCE_BYTES", 0, 1ull << 50, "bytes", " (or auto)"},
     {"HVDRUN_FUSION_THRESHOLD", 0, 1ull << 40, "bytes"},
     {"HVDRUN_CYCLE_TIME", 0, 1e6, "milliseconds"},
     {"HVDRUN_CACHE_CAPACITY", 0, 1e7, "entries"},
@@ -170,6 +176,7 @@ Status check_tunables(TunableUse use) {
     }
     if (!v) continue;
     if (r.zero_too && parse_double(v, name, 0, 0)) continue;
+    if (t->default_value == "auto" && std::string_view(v) == "auto") continue;
     if (auto d = parse_double(v, name, r.min, r.max); !d)
       return make_error(ErrorKind::kUsage, d.error().message + " (" + std::string(r.unit) + ")" + std::string(r.note));
   }

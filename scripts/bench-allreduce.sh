@@ -37,7 +37,9 @@ mpicc -O2 -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
 export OMPI_MCA_plm_rsh_agent=
 echo "load before: $(uptime)"
 
-# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does. mpirun binds
+# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does, and as it
+# does, as many untimed ones first (the steady state, as OSU's benchmarks warm up 200 times:
+# the first milliseconds after start-up run slower in both tools). mpirun binds
 # each rank to a core by default (local rank modulo the cores when oversubscribed, as here);
 # hvdrun does not bind, so the script binds its ranks the same way with taskset (BIND=0: not).
 NCPU=$(nproc)
@@ -53,7 +55,7 @@ hvdrun_bench() {  # np, then env assignments
     ((e > MAX)) && e=$MAX
     local bind=()
     [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((HOROVOD_LOCAL_RANK % '"$NCPU"')) "$0" "$@"')
-    env "$@" "$B"/cli/hvdrun -np "$np" "${bind[@]}" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w 3 -n "$n" |
+    env "$@" "$B"/cli/hvdrun -np "$np" "${bind[@]}" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w "$n" -n "$n" |
       awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
   done
 }

@@ -85,15 +85,26 @@ std::vector<std::unique_ptr<Ring>> make_pair_rings(int n, RingOptions o, const s
 }
 
 // rings[r] sends to r+1 and receives from r-1. mode: "unix" (socketpairs), "shm" (one
-// host), "cma" (one host, messages of 4 KiB and more by single copy), "mixed" (the first
-// half of the ranks on host a, the rest on host b).
+// host), "cma" (one host, messages of 4 KiB and more by single copy), "group" (one host,
+// every allreduce through the host's shared segment), "mixed" (the first half of the ranks
+// on host a, the rest on host b).
 std::vector<std::unique_ptr<Ring>> make_rings(int n, RingOptions o = {}, const std::string& mode = "unix") {
   std::vector<std::unique_ptr<Ring>> rings(n);
   if (n > 1 && mode != "unix") {
     std::vector<std::string> hosts(n, "h");
     if (mode == "mixed")
       for (int r = 0; r < n; ++r) hosts[r] = r < (n + 1) / 2 ? "a" : "b";
-    return make_pair_rings(n, o, hosts, 1 << 16, mode == "cma" ? 4096 : 0);
+    // Through the host's segment, pieces (a slot: segment_bytes) of more than 2 KiB take
+    // the two-barrier path, smaller ones the one-barrier path: both in every test.
+    if (mode == "group") o.small_bytes = 2048;
+    auto made = make_pair_rings(n, o, hosts, 1 << 16, mode == "cma" ? 4096 : 0);
+    if (mode == "group")
+      on_all_void(n, [&](int r) {
+        std::string why;
+        auto attached = made[r]->attach_group("h", SIZE_MAX, &why);
+        EXPECT_TRUE(attached.ok() && *attached) << (attached.ok() ? why : attached.error().message);
+      });
+    return made;
   }
   if (n == 1) {
     rings[0] = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, o);
@@ -214,6 +225,8 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
                                            RingCase{4, "unix"}, RingCase{7, "unix"}, RingCase{2, "shm"},
                                            RingCase{3, "shm"}, RingCase{4, "shm"}, RingCase{7, "shm"},
                                            RingCase{2, "cma"}, RingCase{3, "cma"}, RingCase{4, "cma"},
+                                           RingCase{2, "group"}, RingCase{3, "group"}, RingCase{4, "group"},
+                                           RingCase{7, "group"},
                                            RingCase{3, "mixed"}, RingCase{4, "mixed"}, RingCase{7, "mixed"}),
                          [](const ::testing::TestParamInfo<RingCase>& i) {
                            return std::to_string(i.param.n) + "_" + i.param.mode;
@@ -239,6 +252,27 @@ TEST(Ring, MismatchedCountsFailEverywhereWithoutHanging) {
               results[2].find("rank 1 (host h) closed") != std::string::npos)
       << results[2];
   EXPECT_NE(results[0], "ok");
+}
+
+// Through the host's shared segment every rank compares every rank's call: all of them
+// name the one that differs.
+TEST(Ring, MismatchedCountsInTheHostSegmentFailOnEveryRank) {
+  const int n = 3;
+  RingOptions o;
+  o.timeout_s = 20;
+  auto rings = make_rings(n, o, "group");
+  auto results = on_all(n, [&](int r) -> std::string {
+    std::vector<float> buf(100, 1.f);
+    auto s = rings[r]->allreduce(buf.data(), buf.data(), r == 1 ? 99 : 100, HVD_FLOAT32, HVD_OP_SUM);
+    return s ? "ok" : s.error().message;
+  });
+  EXPECT_NE(results[0].find("rank 0 called allreduce(count=100, float32, sum) #3 but rank 1 called "
+                            "allreduce(count=99, float32, sum) #3"),
+            std::string::npos)
+      << results[0];
+  EXPECT_NE(results[1].find("rank 1 called allreduce(count=99, float32, sum) #3 but rank 0 called"), std::string::npos)
+      << results[1];
+  EXPECT_NE(results[2].find("but rank 1 called allreduce(count=99"), std::string::npos) << results[2];
 }
 
 class RingDeadPeer : public ::testing::TestWithParam<const char*> {};
@@ -268,7 +302,7 @@ TEST_P(RingDeadPeer, FailsFastNamingIt) {
   EXPECT_EQ(results[0].find("later call succeeded"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "cma", "mixed"));
+INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "cma", "group", "mixed"));
 
 // The engine's background thread waits in watch_left() while another thread may close the
 // ring (a failed collective): close() wakes it and waits for it, over TCP (a poll() with

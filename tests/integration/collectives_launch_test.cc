@@ -115,25 +115,37 @@ TEST_P(CollectivesLaunchFailures, PeerKilledMidAllreduceFailsTheJobFast) {
 }
 INSTANTIATE_TEST_SUITE_P(Transports, CollectivesLaunchFailures, ::testing::Bool());
 
-TEST(CollectivesLaunchFailuresShm, SurvivorsNameTheKilledLocalPeer) {
+// Param: HVDRUN_SHM_ALLREDUCE_BYTES. auto: the allreduce goes through the host's shared
+// segment, whose barrier watches every peer through a pidfd; 0: through the shared-memory
+// ring, whose TCP connection beside it reads EOF.
+class CollectivesLaunchFailuresShm : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CollectivesLaunchFailuresShm, SurvivorsNameTheKilledLocalPeer) {
+  const bool group = std::string(GetParam()) == "auto";
   // The survivors ignore hvdrun's SIGTERM: each must fail on its own, long before the
   // 30 s kill grace would end it.
   auto t0 = std::chrono::steady_clock::now();
-  auto o = run({kHvdrun, "-np", "3", "--kill-grace", "30", kColl, "die-stay"}, 120);
+  auto o = run({kHvdrun, "-np", "3", "--kill-grace", "30", kColl, "die-stay"}, 120,
+               {{"HVDRUN_SHM_ALLREDUCE_BYTES", GetParam()}});
   ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << o.err;
   EXPECT_NE(o.exit_code, 0);
-  // Every survivor names rank 1: directly (it waited on rank 1's ring), or through the
-  // neighbour that gave up on rank 1 first and closed its rings saying so.
+  // Every survivor names rank 1: directly (it waited on rank 1 in the segment's barrier or
+  // on its ring), or through the neighbour that gave up on rank 1 first and closed its
+  // rings saying so.
   for (int r : {0, 2}) {
     std::string tag = "[" + std::to_string(r) + "]<stderr>:rank " + std::to_string(r) + ": hvd_allreduce";
     size_t at = o.err.find(tag);
     ASSERT_NE(at, std::string::npos) << o.err;
     std::string line = o.err.substr(at, o.err.find('\n', at) - at);
-    EXPECT_NE(line.find("connection to rank 1 (host localhost) closed (the peer exited or failed)"), std::string::npos)
+    EXPECT_NE(line.find(group ? "rank 1 (host localhost) exited (pid "
+                              : "connection to rank 1 (host localhost) closed (the peer exited or failed)"),
+              std::string::npos)
         << line;
   }
 }
+INSTANTIATE_TEST_SUITE_P(Paths, CollectivesLaunchFailuresShm, ::testing::Values("auto", "0"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
 
 TEST(CollectivesLaunchMismatch, MismatchedCountsAreAClearError) {
   auto o = run({kHvdrun, "-np", "2", kColl, "mismatch"}, 120);

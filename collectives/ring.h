@@ -33,6 +33,10 @@ struct HierarchyOptions {
   bool allgather = false;
 };
 
+// The slot of each rank in the host's shared segment (attach_group) for a pipeline segment
+// of `segment_bytes` and `ranks` ranks.
+size_t group_slot_bytes(size_t segment_bytes, int ranks);
+
 class Ring {
  public:
   // size 1: no pairs needed.
@@ -46,7 +50,7 @@ class Ring {
   const HierarchyOptions& hierarchy() const { return hier_; }
 
   // Every rank of a job whose ranks all share one host calls it at once (over the ring):
-  // rank 0 makes a shared segment of 2 x size x opts.segment_bytes that every rank maps
+  // rank 0 makes a shared segment of 2 x size x group_slot_bytes() that every rank maps
   // (transport/shm_group.h); from then on allreduces of at most `max_bytes` go through it
   // in one or two barriers instead of 2(n-1) ring steps (ring_group.cc). Where a rank cannot
   // map it, no rank uses it (the ring carries everything) and `why` says why; the result

@@ -2,8 +2,8 @@
 // shared-memory MPI collectives do: the ring needs 2(n-1) steps, each a hand-off between
 // neighbours, where every rank can see every other's data at once.
 //
-// The buffer goes in pieces of at most a slot (HVDRUN_SEGMENT_BYTES, so that a piece stays
-// in cache); pieces alternate between the group's two sets of slots. For each piece:
+// The buffer goes in pieces of at most a slot (HVDRUN_SEGMENT_BYTES within bounds, see
+// group_slot_bytes, so that a piece stays in cache); pieces alternate between the group's two sets of slots. For each piece:
 //   1. every rank writes its note (the collective's header) and copies its contribution
 //      into its slot; barrier; every rank compares every note with its own (a mismatch
 //      names the rank that called something else);
@@ -33,12 +33,20 @@ struct GroupInfo {  // what rank 0 tells the others about the segment, over the 
 
 }  // namespace
 
+// A slot is a pipeline segment (cache-sized: 256 KiB by default), but at most 1 MiB and
+// at most 32 MiB / n, so that the segment (two slots a rank) stays small on hosts with
+// many ranks or with a large HVDRUN_SEGMENT_BYTES.
+size_t group_slot_bytes(size_t segment_bytes, int ranks) {
+  size_t cap = std::min<size_t>(size_t{1} << 20, (size_t{32} << 20) / static_cast<size_t>(std::max(ranks, 1)));
+  return std::max<size_t>(4096, std::min(segment_bytes, cap));
+}
+
 Result<bool> Ring::attach_group(const std::string& host, size_t max_bytes, std::string* why) {
   if (size_ < 2) return false;
   GroupInfo info;
   Result<transport::ShmGroup> g = Error{"not made"};
   if (rank_ == 0) {
-    g = transport::ShmGroup::create(size_, opts_.segment_bytes, host);
+    g = transport::ShmGroup::create(size_, group_slot_bytes(opts_.segment_bytes, size_), host);
     if (g) {
       info = {static_cast<int32_t>(getpid()), g->memfd(), 1, 0, {}};
       std::memcpy(info.token, g->token().data(), sizeof info.token);

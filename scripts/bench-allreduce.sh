@@ -7,9 +7,12 @@
 # written before timing. Prints busbw per size with hvdrun-shm / vader ratios and the 4 KiB
 # latencies, then (as root, CLUSTER=0 skips it) 2 test-cluster hosts x 2 ranks
 # (tests/cluster/cluster.sh, under the cluster lock) hierarchical vs flat at 64 MiB, once
-# per entry of CLUSTER_RATES (default "unlimited 10gbit"): each host's link as veth gives it
-# (the kernel copies at memory speed on the same CPUs: the wire is not what limits) and
-# shaped with tc's token bucket to a network slower than memory, as between real hosts; and
+# per entry of CLUSTER_RATES (default "unlimited 10gbit 1gbit"): each host's link as veth
+# gives it (the kernel copies at memory speed on the same CPUs: the wire is not what limits)
+# and shaped with tc's token bucket to a network slower than memory, as between real hosts.
+# The test hosts share this machine's 2 cores, about one core's memory bandwidth each (some
+# 10 GB/s); 1 Gbit/s puts the wire as far below that as 25-100 Gbit/s is below a real
+# host's memory, where fewer bytes on the wire is what a hierarchy buys. Then it
 # draws the busbw-vs-size curves into $PNG (default docs/bench-allreduce.png; Debian's
 # python3-matplotlib). Needs libopenmpi-dev and python3-torch (scripts/install-deps.sh).
 # The machine should be quiet: the script prints the load average before and after.
@@ -21,7 +24,7 @@ ROUNDS=${ROUNDS:-2}
 RANKS=${RANKS:-2 4}
 GLOO=${GLOO:-1}
 CLUSTER=${CLUSTER:-1}
-CLUSTER_RATES=${CLUSTER_RATES:-unlimited 10gbit}
+CLUSTER_RATES=${CLUSTER_RATES:-unlimited 10gbit 1gbit}
 PNG=${PNG:-docs/bench-allreduce.png}
 export BUILD_DIR=${BUILD_DIR:-build}
 B=$BUILD_DIR

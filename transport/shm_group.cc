@@ -86,12 +86,16 @@ Result<ShmGroup> ShmGroup::create(int size, size_t slot_bytes, const std::string
   static_assert(sizeof(Header) <= kPage);
   if (size < 1 || size > kMaxRanks) return make_error("a shared-memory group of " + std::to_string(size) + " ranks");
   slot_bytes = round_up(std::max<size_t>(slot_bytes, kPage), kPage);
-  UniqueFd fd(static_cast<int>(syscall(SYS_memfd_create, "hvdrun-group", MFD_CLOEXEC)));
+  UniqueFd fd(static_cast<int>(syscall(SYS_memfd_create, "hvdrun-group", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
   if (!fd.valid()) return make_error(std::string("memfd_create: ") + std::strerror(errno));
   const size_t data_offset = round_up(kPage + sizeof(Member) * static_cast<size_t>(size), kPage);
   const size_t bytes = data_offset + 2 * static_cast<size_t>(size) * slot_bytes;
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
     return make_error("memfd of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+  // Its size is fixed: nobody (another process of this user with the fd) can shrink it
+  // under the ranks' mappings (SIGBUS).
+  if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return make_error(std::string("sealing the group's memfd: ") + std::strerror(errno));
   void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return make_error(std::string("mmap of the group's segment: ") + std::strerror(errno));
   std::string token = auth::random_bytes(kTokenBytes);
@@ -131,7 +135,9 @@ Result<ShmGroup> ShmGroup::open(int pid, int fd, const std::string& token, int r
 // records our pid; the fd stays open for rank 0 only (the others' open it through it).
 Result<ShmGroup> ShmGroup::map(UniqueFd fd, int rank, int size, const std::string& host, const std::string& path) {
   off_t bytes = lseek(fd.get(), 0, SEEK_END);
-  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  // Not populated here: a slot's pages are made as the collectives first touch them, not
+  // all at once inside hvd_init.
+  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return make_error("mmap of " + path + ": " + std::strerror(errno));
   ShmGroup g;
   g.base_ = static_cast<char*>(p);
@@ -221,7 +227,9 @@ Status ShmGroup::barrier(double timeout_s, int spin_us, bool spin_yields) {
       if (spin_yields) sched_yield();
       continue;
     }
-    if (auto s = check_peers(epoch); !s) return s;
+    // A failure seen only now may come from a rank that arrived, passed and then failed
+    // (or closed) in between: every rank arrived, so the barrier holds.
+    if (auto s = check_peers(epoch); !s) return all_arrived(epoch, &missing) ? Status{} : s;
     if (now - start > timeout) {
       Error e = make_error(ErrorKind::kTimeout, "no progress with rank " + std::to_string(missing) + " (host " + host_ +
                                                     ") for " + std::to_string(int(timeout_s)) +
@@ -233,6 +241,7 @@ Status ShmGroup::barrier(double timeout_s, int spin_us, bool spin_yields) {
     // waiter before looking again; an arriving rank stores its arrival before looking for
     // waiters).
     h->waiters.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // all_arrived()'s loads come after it
     uint32_t g = h->gen.load(std::memory_order_seq_cst);
     if (!all_arrived(epoch, &missing) && !h->closed_by.load(std::memory_order_seq_cst)) {
       timespec rel{0, kSliceMs * 1000000L};

@@ -40,7 +40,8 @@ class ShmGroup {
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
-  // Rank 0: a new segment for `size` ranks with slots of `slot_bytes` (rounded up to 4 KiB).
+  // Rank 0: a new segment for `size` ranks with slots of `slot_bytes` (rounded up to 4 KiB;
+  // callers keep 2 x size x slot_bytes modest: every rank maps it all).
   // `host` names this host in errors.
   static Result<ShmGroup> create(int size, size_t slot_bytes, const std::string& host);
   // Rank `rank` (1..size-1): maps rank 0's segment through /proc/<pid>/fd/<fd>, checks the

@@ -132,6 +132,26 @@ TEST(ShmGroup, APeerThatClosesIsNamedWithItsReason) {
   EXPECT_EQ(grp.reap(0), 0);
 }
 
+// The last rank to arrive passes at once and may fail (close) before a waiting rank looks
+// again: the barrier held, so the waiter passes it too, and learns of the close only at the
+// next one.
+TEST(ShmGroup, ARankThatPassesAndThenClosesDoesNotFailTheBarrier) {
+  Group grp;
+  make_group(grp, 2, [](ShmGroup& g) {
+    usleep(50000);  // the parent is asleep in the barrier by now
+    if (!g.barrier(20, 0, true).ok()) return 1;
+    g.close("failed right after the barrier");
+    return 0;
+  });
+  auto s = grp.g.barrier(20, 0, true);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  auto next = grp.g.barrier(20, 0, true);
+  ASSERT_FALSE(next.ok());
+  EXPECT_NE(next.error().message.find("rank 1 (host h) failed on: failed right after the barrier"), std::string::npos)
+      << next.error().message;
+  EXPECT_EQ(grp.reap(0), 0);
+}
+
 TEST(ShmGroup, ASilentPeerTimesOutNamingIt) {
   Group grp;
   make_group(grp, 2, [](ShmGroup&) {

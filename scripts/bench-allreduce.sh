@@ -11,8 +11,9 @@
 # gives it (the kernel copies at memory speed on the same CPUs: the wire is not what limits)
 # and shaped with tc's token bucket to a network slower than memory, as between real hosts.
 # The test hosts share this machine's 2 cores, about one core's memory bandwidth each (some
-# 10 GB/s); 1 Gbit/s puts the wire as far below that as 25-100 Gbit/s is below a real
-# host's memory, where fewer bytes on the wire is what a hierarchy buys. Then it
+# 10 GB/s); 1 Gbit/s (0.125 GB/s) is some 80 times below that, as 25 Gbit/s Ethernet
+# (3 GB/s) is below a server's 200 GB/s: there fewer bytes on the wire is what a hierarchy
+# buys, while unshaped or at 10 Gbit/s both rings are bound by the 2 shared cores. Then it
 # draws the busbw-vs-size curves into $PNG (default docs/bench-allreduce.png; Debian's
 # python3-matplotlib). Needs libopenmpi-dev and python3-torch (scripts/install-deps.sh).
 # The machine should be quiet: the script prints the load average before and after.

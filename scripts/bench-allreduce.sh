@@ -41,27 +41,21 @@ mpicc -O2 -o "$OUT/mpi_allreduce" bench/mpi_allreduce.c
 export OMPI_MCA_plm_rsh_agent=
 echo "load before: $(uptime)"
 
-# hvdrun-bench with as many iterations per size as bench/mpi_allreduce.c does, and as it
-# does, as many untimed ones first (the steady state, as OSU's benchmarks warm up 200 times:
-# the first milliseconds after start-up run slower in both tools). mpirun binds
-# each rank to a core by default (local rank modulo the cores when oversubscribed, as here);
-# hvdrun does not bind, so the script binds its ranks the same way with taskset (BIND=0: not).
+# hvdrun-bench times each size as bench/mpi_allreduce.c does (-n auto: 200, 20 or 5
+# iterations by size, after as many untimed ones, as OSU's benchmarks warm up: the first
+# milliseconds after start-up run slower in both tools), all sizes in one process. mpirun
+# binds each rank to a core by default (local rank modulo the cores when oversubscribed, as
+# here); hvdrun does not bind, so the script binds its ranks the same way with taskset
+# (BIND=0: not).
 NCPU=$(nproc)
 BIND=${BIND:-1}
 hvdrun_bench() {  # np, then env assignments
   local np=$1
   shift
-  local b e n
-  for range in "$MIN 262144 200" "1048576 4194304 20" "16777216 $MAX 5"; do
-    read -r b e n <<<"$range"
-    ((b <= MAX && e >= MIN)) || continue
-    ((b < MIN)) && b=$MIN
-    ((e > MAX)) && e=$MAX
-    local bind=()
-    [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((HOROVOD_LOCAL_RANK % '"$NCPU"')) "$0" "$@"')
-    env "$@" "$B"/cli/hvdrun -np "$np" "${bind[@]}" "$B"/examples/hvdrun-bench -b "$b" -e "$e" -f 4 -w "$n" -n "$n" |
-      awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
-  done
+  local bind=()
+  [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((HOROVOD_LOCAL_RANK % '"$NCPU"')) "$0" "$@"')
+  env "$@" "$B"/cli/hvdrun -np "$np" "${bind[@]}" "$B"/examples/hvdrun-bench -b "$MIN" -e "$MAX" -f 4 -n auto |
+    awk -F: '/^\[0\]<stdout>: +[0-9]/ {split($2, f, " "); printf "%s %s %s\n", f[1], f[7], f[5]}'
 }
 
 for np in $RANKS; do

@@ -2,7 +2,7 @@
 //   hvdrun -np 2 hvdrun-bench -b 4K -e 64M -f 4 -c
 // Prints (rank 0) size, count, type, op, time (us), algbw and busbw (GB/s); with -c, checks
 // every result and counts wrong elements. -n auto: per size as bench/mpi_allreduce.c times
-// Open MPI (200 iterations below 1 MiB, 20 below 16 MiB, 5 above, after as many warm-ups).
+// Open MPI (200 iterations below 1 MiB, 20 below 64 MiB, 5 above, after as many warm-ups).
 #include <getopt.h>
 
 #include <chrono>
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     size_t count = static_cast<size_t>(bytes_d) / 4;
     if (auto_iters) {
       const size_t bytes = count * 4;
-      iters = bytes >= (16u << 20) ? 5 : bytes >= (1u << 20) ? 20 : 200;
+      iters = bytes >= (64u << 20) ? 5 : bytes >= (1u << 20) ? 20 : 200;
       warmup = iters;
     }
     size_t out_count = coll == "allgather" ? count * n : count;

@@ -1,6 +1,7 @@
 #include "transport/shm.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -100,6 +101,7 @@ ShmChannel& ShmChannel::operator=(ShmChannel&& o) noexcept {
     single_copy_min_ = o.single_copy_min_;
     blocks_ = o.blocks_;
     peer_pid_ = o.peer_pid_;
+    peer_pidfd_ = std::move(o.peer_pidfd_);
     block_off_ = o.block_off_;
     o.hdr_ = nullptr;
     o.data_ = nullptr;
@@ -153,7 +155,11 @@ Result<ShmChannel> ShmChannel::open(int pid, int fd, const std::string& token) {
   // restriction or seccomp rule against it): read its header's magic there.
   uint64_t magic = 0;
   iovec local{&magic, sizeof magic}, remote{reinterpret_cast<void*>(c.hdr_->producer_addr), sizeof magic};
-  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof magic) && magic == kMagic) {
+  // The pidfd, taken while the producer is alive, tells a pull whether the pid still names
+  // it (a pid reused by another process after the producer died would hand out its memory).
+  c.peer_pidfd_.reset(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (c.peer_pidfd_.valid() && process_vm_readv(pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof magic) &&
+      magic == kMagic) {
     c.peer_pid_ = pid;
     c.hdr_->single_copy_ok.store(1, std::memory_order_release);
   }
@@ -190,8 +196,11 @@ ssize_t ShmChannel::pull(char* dst, size_t len) {
     return -1;
   }
   hdr_->block_pulled.store(block_off_ + static_cast<uint64_t>(got), std::memory_order_relaxed);
-  // A producer that closed meanwhile may have freed the block: what we read is not its.
+  // A producer that closed meanwhile may have freed the block, and one that exited may have
+  // left its pid to another process: what we read is not its.
   if (hdr_->producer_closed.load(std::memory_order_acquire)) return 0;
+  pollfd exited{peer_pidfd_.get(), POLLIN, 0};
+  if (::poll(&exited, 1, 0) > 0 && (exited.revents & POLLIN)) return 0;
   block_off_ += static_cast<uint64_t>(got);
   if (block_off_ == hdr_->block_len) {
     block_off_ = 0;

@@ -78,7 +78,8 @@ class ShmChannel {
   bool block_taken() const;
   // Consumer: the bytes left of a posted block when it is next in the stream (0: none, or
   // ring bytes come first); pull() copies up to `len` of them into `dst`: their number, 0
-  // when the producer closed meanwhile (nothing delivered), -1 and errno when
+  // when the producer closed or exited meanwhile (nothing delivered: its pid may name
+  // another process by now; a pidfd taken at open() tells), -1 and errno when
   // process_vm_readv fails (the producer is gone: ESRCH; or the kernel refuses).
   size_t block_left();
   ssize_t pull(char* dst, size_t len);
@@ -136,6 +137,7 @@ class ShmChannel {
   size_t single_copy_min_ = 0;
   uint64_t blocks_ = 0;
   pid_t peer_pid_ = 0;
+  UniqueFd peer_pidfd_;  // consumer: the producer's process, while single copy is on
   uint64_t block_off_ = 0;
   UniqueFd memfd_;
   std::string token_;

@@ -1,9 +1,9 @@
 #include "launcher/launch_command.h"
 
+#include "common/strings.h"
 #include "launcher/exit_status.h"
 
 #include <cstdio>
-#include <wordexp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -28,14 +28,64 @@ std::string shell_quote(const std::string& w) {
   return q + "'";
 }
 
+namespace {
+
+// One word at `i` of `line` (past any blanks), as a POSIX shell reads it: '...' keeps
+// everything, "..." lets a backslash escape $ ` " \ and a newline, a bare backslash escapes
+// the next character; nothing is expanded. An error names what only a shell could act on.
+Result<std::string> next_word(const std::string& line, size_t& i) {
+  std::string w;
+  auto at = [&](const std::string& what, const std::string& hint = "") {
+    return error_of(ErrorKind::kUsage, what + " at character " + std::to_string(i + 1) + hint);
+  };
+  while (i < line.size() && !std::strchr(" \t\n", line[i])) {
+    char c = line[i];
+    if (c == '\'') {
+      size_t end = line.find('\'', i + 1);
+      if (end == std::string::npos) return at("a ' without its closing '");
+      w.append(line, i + 1, end - i - 1);
+      i = end + 1;
+    } else if (c == '"') {
+      size_t open = i++;
+      for (; i < line.size() && line[i] != '"'; ++i) {
+        if (line[i] == '\\' && i + 1 < line.size() && std::strchr("$`\"\\\n", line[i + 1]) && line[++i] == '\n')
+          continue;  // a line continued
+        w += line[i];
+      }
+      if (i == line.size()) {
+        i = open;
+        return at("a \" without its closing \"");
+      }
+      ++i;
+    } else if (c == '\\') {
+      if (i + 1 == line.size()) return at("a \\ with nothing after it");
+      if (line[i + 1] != '\n') w += line[i + 1];
+      i += 2;
+    } else if (std::strchr("|&;<>()`", c)) {
+      return at(std::string("'") + c + "' outside quotes",
+                " (hvdrun runs no shell here: quote it, or run sh -c '...')");
+    } else {
+      w += line[i++];
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> split_command_line(const std::string& line, const std::string& what) {
   std::vector<std::string> argv;
-  wordexp_t words{};
-  if (wordexp(line.c_str(), &words, WRDE_NOCMD | WRDE_UNDEF) != 0)
-    return error_of(ErrorKind::kUsage, what + " '" + line + "': expected a command line without substitutions");
-  for (size_t i = 0; i < words.we_wordc; ++i) argv.push_back(words.we_wordv[i]);
-  wordfree(&words);
-  if (argv.empty()) return error_of(ErrorKind::kUsage, what + " is empty");
+  auto fail = [&](const std::string& why) {
+    return error_of(ErrorKind::kUsage, what + " '" + printable(line, 200, true) + "': " + why);
+  };
+  for (size_t i = 0;;) {
+    i = line.find_first_not_of(" \t\n", i);
+    if (i == std::string::npos) break;
+    auto w = next_word(line, i);
+    if (!w) return fail(w.error().message);
+    argv.push_back(std::move(*w));
+  }
+  if (argv.empty()) return fail("expected a command line, e.g. 'ssh -o ProxyJump=gw' or 'kubectl exec -i {host} --'");
   return argv;
 }
 
@@ -64,13 +114,9 @@ Result<std::vector<std::string>> ssh_command_argv(const std::string& ssh_command
 
 Result<std::vector<std::string>> template_argv(const std::string& launch_command, const std::string& host,
                                                const std::string& remote_hvdrun, double start_timeout) {
-  // {host} is marked before splitting (a shell splitter refuses braces), placed after.
-  const std::string mark = "\x01host\x01";
-  std::string marked = launch_command;
-  for (size_t at = marked.find("{host}"); at != std::string::npos; at = marked.find("{host}", at + mark.size()))
-    marked.replace(at, 6, mark);
-  auto argv = split_command_line(marked, "--launch-command");
-  if (!argv) return error_of(ErrorKind::kUsage, "--launch-command '" + launch_command + "': expected a command line without substitutions");
+  auto argv = split_command_line(launch_command, "--launch-command");
+  if (!argv) return argv.error();
+  const std::string mark = "{host}";
   bool placed = false;
   for (auto& w : *argv)
     for (size_t at = w.find(mark); at != std::string::npos; at = w.find(mark, at + host.size())) {

@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "launcher/exit_status.h"
+#include "launcher/launch_command.h"
 #include "common/strings.h"
 #include "common/tunables.h"
 #include "hvdrun_version.h"
@@ -538,6 +540,16 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     if (h == "1") o.horovod = true;
     else if (h != "0" && !h.empty())
       return error_of(ErrorKind::kUsage, "HVDRUN_HOROVOD '" + printable(h, 32) + "': expected 0 or 1");
+  }
+  // A template or client given empty fell back to SSH (libssh) without a word.
+  const std::tuple<const char*, const std::string*, const char*> commands[] = {
+      {"--launch-command", &o.launch_command, "a command template, e.g. 'kubectl exec -i {host} --'"},
+      {"--ssh-command", &o.ssh_command, "a client command, e.g. 'ssh -o ProxyJump=gw'"}};
+  for (auto [name, value, expected] : commands) {
+    if (!given(name)) continue;
+    if (value->find_first_not_of(" \t\n") == std::string::npos)
+      return error_of(ErrorKind::kUsage, std::string(name) + " '" + printable(*value) + "': expected " + expected);
+    if (auto words = split_command_line(*value, name); !words) return words.error();
   }
   if (o.command.empty()) return error_of(ErrorKind::kUsage, "missing command: usage: hvdrun [options] [--] command [args...]");
   if (!o.hosts.empty() && !o.hostfile.empty())

@@ -68,6 +68,33 @@ TEST(Options, SshOptions) {
   EXPECT_EQ(r->options.ssh_host_key_checking, "accept-new");
 }
 
+// An empty template fell back to SSH without a word; an empty --ssh-command to libssh.
+// Both are usage errors (exit 2), as is a template that cannot be split, before anything starts.
+TEST(Options, EmptyOrUnsplittableLaunchCommandIsRefused) {
+  struct Case {
+    const char* option;
+    const char* value;
+    const char* part;
+  };
+  Case cases[] = {
+      {"--launch-command", "", "--launch-command '': expected a command template, e.g. 'kubectl exec -i {host} --'"},
+      {"--launch-command", "  ", "--launch-command '  ': expected a command template, e.g. 'kubectl exec -i {host} --'"},
+      {"--ssh-command", "", "--ssh-command '': expected a client command, e.g. 'ssh -o ProxyJump=gw'"},
+      {"--launch-command", "kubectl exec 'x {host}", "--launch-command 'kubectl exec 'x {host}': "},
+      {"--ssh-command", "ssh | tee", "--ssh-command 'ssh | tee': "},
+  };
+  for (const auto& c : cases) {
+    auto r = parse({"-np", "2", "-H", "a,b", c.option, c.value, "true"});
+    ASSERT_FALSE(r.ok()) << c.option << " '" << c.value << "' was taken";
+    EXPECT_EQ(r.error().kind, ErrorKind::kUsage);
+    EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << r.error().message;
+  }
+  auto r = parse({"-np", "2", "-H", "a,b", "--launch-command", "kubectl exec -i {host} --", "true"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->options.launch_command, "kubectl exec -i {host} --");
+}
+
 TEST(Options, NcclDebugLevelIsNcclsSpelling) {
   auto r = parse({"-np", "1", "--nccl-debug", "info", "true"});
   ASSERT_TRUE(r.ok()) << r.error().message;

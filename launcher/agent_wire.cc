@@ -1,5 +1,7 @@
 #include "launcher/agent_wire.h"
 
+#include "common/strings.h"
+
 namespace hvdrun::agentwire {
 namespace {
 
@@ -47,17 +49,29 @@ Status FrameReader::feed(std::string_view bytes) {
   size_t pos = 0;
   while (buf_.size() - pos >= 5) {
     uint32_t len = get_u32(buf_.data() + pos);
-    if (len == 0 || len > kMaxFrame) return make_error("agent frame of " + std::to_string(len) + " bytes");
-    if (buf_.size() - pos - 4 < len) break;
     auto type = static_cast<uint8_t>(buf_[pos + 4]);
-    if (type < static_cast<uint8_t>(Type::kHello) || type > static_cast<uint8_t>(Type::kSlurmSignal))
-      return make_error("agent frame of unknown type " + std::to_string(type));
+    if (len == 0 || len > kMaxFrame || type < static_cast<uint8_t>(Type::kHello) ||
+        type > static_cast<uint8_t>(Type::kSlurmSignal)) {
+      buf_.erase(0, pos);  // what stuck_at() quotes
+      return make_error("the agent's stream is not a frame at byte " + std::to_string(framed_) + ": '" + stuck_at() +
+                        "'");
+    }
+    if (buf_.size() - pos - 4 < len) break;
     frames_.push_back({static_cast<Type>(type), buf_.substr(pos + 5, len - 1)});
     pos += 4 + len;
+    framed_ += 4 + len;
   }
   buf_.erase(0, pos);
   return {};
 }
+
+Status FrameReader::finish() const {
+  if (buf_.empty()) return {};
+  return make_error("the agent's stream ended inside a frame at byte " + std::to_string(framed_) + ": '" +
+                    stuck_at() + "'");
+}
+
+std::string FrameReader::stuck_at() const { return printable(buf_, 80); }
 
 std::optional<Frame> FrameReader::next() {
   if (frames_.empty()) return std::nullopt;

@@ -68,16 +68,26 @@ std::string encode(Type type, std::string_view payload);
 std::string encode_output(int rank, int stream, std::string_view lines);
 Status decode_output(std::string_view payload, int* rank, int* stream, std::string_view* lines);
 
-// Accumulates bytes; yields whole frames in order. An oversized or unknown frame is an
-// error.
+// Accumulates bytes; yields whole frames in order. Bytes that cannot start a frame (a
+// length of 0 or over kMaxFrame, an unknown type) are an error that quotes them.
 class FrameReader {
  public:
   Status feed(std::string_view bytes);
+  // At the end of the stream: an error when it ended inside a frame, quoting what was left.
+  Status finish() const;
   std::optional<Frame> next();  // the oldest whole frame not yet taken
+  // Whether a whole frame has come: bytes that are no frame before the first one are text
+  // that something printed before the agent started (a launcher's greeting, a login banner,
+  // a ~/.bashrc that echoes).
+  bool any_frame() const { return framed_ > 0; }
+  // Where reading stopped: the first bytes not taken as a frame, at most 80, printably
+  // escaped (a bare newline reads \x0a).
+  std::string stuck_at() const;
 
  private:
   std::string buf_;
   std::deque<Frame> frames_;
+  uint64_t framed_ = 0;  // bytes of whole frames read
 };
 
 }  // namespace hvdrun::agentwire

@@ -103,10 +103,20 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
                             std::to_string(static_cast<int>(settings_.start_timeout)) + " s)",
                         ETIMEDOUT);
     auto bytes = link_->read(std::min(ms, 200));
-    if (!bytes) return bytes.error();
+    if (!bytes) {
+      if (auto s = reader_.finish(); !s && bytes.error().code == kPeerClosed) return stream_error(s.error());
+      return bytes.error();
+    }
     if (!bytes->empty())
-      if (auto s = reader_.feed(*bytes); !s) return make_error(link_->label() + ": " + s.error().message);
+      if (auto s = reader_.feed(*bytes); !s) return stream_error(s.error());
   }
+}
+
+// Bytes on the link that are no frame: before the first frame, text that the starter's
+// command or the remote shell printed (the starter says whose); later, where the stream broke.
+Error RemoteHost::stream_error(const Error& e) const {
+  if (reader_.any_frame()) return make_error(link_->label() + ": " + e.message);
+  return make_error(link_->label() + ": " + starter_.text_before_agent(reader_.stuck_at()));
 }
 
 // The job goes a chunk at a time, as the link has room, by the start time-out: a far side
@@ -126,7 +136,7 @@ Status RemoteHost::write_by(std::string_view data, std::chrono::steady_clock::ti
       auto bytes = link_->read(10);
       if (!bytes) return error_of(ErrorKind::kLaunchFailed, describe_exit(bytes.error().message));
       if (!bytes->empty())
-        if (auto s = reader_.feed(*bytes); !s) return make_error(link_->label() + ": " + s.error().message);
+        if (auto s = reader_.feed(*bytes); !s) return stream_error(s.error());
       continue;
     }
     size_t n = std::min(room, data.size());

@@ -64,6 +64,7 @@ class RemoteHost : public RemoteControl {
   Result<agentwire::Frame> next_frame(std::chrono::steady_clock::time_point deadline);
   Status write_by(std::string_view data, std::chrono::steady_clock::time_point deadline);
   std::string describe_exit(const std::string& what);
+  Error stream_error(const Error& e) const;
   void relay(LocalAgent& agent, OutputSink& sink);
   void relay_stderr(OutputSink& sink);
   void wait_for_agent_exit(OutputSink& sink);

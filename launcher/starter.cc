@@ -51,6 +51,11 @@ class SshStarter : public AgentStarter {
     ssh.connect_timeout = std::max(0.001, std::chrono::duration<double>(deadline - Clock::now()).count());
     return open_ssh_link(host, ssh, ssh_remote_command(s_.remote_hvdrun, s_.start_timeout));
   }
+  // SSH's own banner and the MOTD never reach a command's stdout; a startup file does.
+  std::string text_before_agent(const std::string& text) const override {
+    return "the remote shell printed text on stdout before the agent started: '" + text +
+           "' (a shell startup file such as ~/.bashrc must print nothing when the shell is not interactive)";
+  }
 
  private:
   StarterSettings s_;
@@ -63,6 +68,9 @@ class TemplateStarter : public AgentStarter {
     auto argv = template_argv(s_.launch_command, host, s_.remote_hvdrun, s_.start_timeout);
     if (!argv) return argv.error();
     return open_command_link(*argv, host);
+  }
+  std::string text_before_agent(const std::string& text) const override {
+    return "the launch command printed text on stdout before the agent started: '" + text + "'";
   }
 
  private:

@@ -32,6 +32,11 @@ class AgentStarter {
   // The stream to `host`'s agent (its hello not read yet). Errors are one line naming the host.
   virtual Result<std::unique_ptr<HostLink>> open(const std::string& host,
                                                  std::chrono::steady_clock::time_point deadline) = 0;
+  // The error for `text` (quoted, printable) found on a link before the agent's first
+  // frame: who printed it, and what to do about it.
+  virtual std::string text_before_agent(const std::string& text) const {
+    return "the agent's stream started with text, not its first frame: '" + text + "'";
+  }
 };
 
 struct StarterSettings {

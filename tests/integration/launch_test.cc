@@ -631,3 +631,51 @@ TEST(Launch, SrunsOwnLinesAndItsTasksLinesAreRelayedOnceInOrder) {
   EXPECT_EQ(relayed, (std::vector<std::string>{"srun: one", "two", "srun: three", "four"})) << o.err;
   std::filesystem::remove_all(dir);
 }
+
+// A launch command, or the remote shell of an SSH client, that prints text on stdout (a
+// greeting, a login banner, a ~/.bashrc that echoes) before it starts the agent, or instead
+// of starting it: hvdrun read the text as a frame header and said only "agent frame of
+// 1466264675 bytes". It now quotes the text (exit 3, as any host that does not start), and
+// the agent that was started after the text does not outlive hvdrun. The launchers are
+// shell scripts here, the "remote" host this machine.
+TEST(Launch, TextPrintedBeforeTheAgentIsQuotedNotTakenForAFrame) {
+  std::string dir = make_temp_dir();
+  auto script = [&](const std::string& name, const std::string& body) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << "#!/bin/sh\n" << body;
+    chmod(path.c_str(), 0755);
+    return path;
+  };
+  struct Case {
+    std::vector<std::string> launcher;
+    std::string said;
+  };
+  const std::string by_command = "hvdrun: fakehost: the launch command printed text on stdout before the agent started: ";
+  Case cases[] = {
+      // Greets, then starts the agent.
+      {{"--launch-command", script("greets", "echo $$ > " + dir + "/agent\necho \"Welcome to $1\"\nshift\nexec \"$@\"\n") + " {host}"},
+       by_command + "'Welcome to fakehost\\x0a'"},
+      // Says why it cannot, on stdout, and exits 1.
+      {{"--launch-command", script("fails", "echo \"error: pod $1 not found\"\nexit 1\n") + " {host}"},
+       by_command + "'error: pod fakehost not found\\x0a'"},
+      // Fewer bytes than a frame's header, then the end of the stream.
+      {{"--launch-command", script("brief", "echo hi\nexit 1\n") + " {host}"}, by_command + "'hi\\x0a'"},
+      // An OpenSSH-style client whose remote shell greets, then runs the agent.
+      {{"--ssh-command", script("ssh", "while [ \"$1\" != -- ]; do shift; done\necho \"Last login: $2\"\nexec sh -c \"$3\"\n")},
+       "hvdrun: fakehost: the remote shell printed text on stdout before the agent started: 'Last login: fakehost\\x0a'"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"-np", "1", "-H", "fakehost:1"};
+    args.insert(args.end(), c.launcher.begin(), c.launcher.end());
+    args.insert(args.end(), {"echo", "ran"});
+    auto o = run(hvd(args), 60);
+    ASSERT_FALSE(o.timed_out) << c.said;
+    EXPECT_EQ(o.exit_code, 3) << o.err;
+    EXPECT_NE(o.err.find(c.said), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find("agent frame of"), std::string::npos) << o.err;
+    EXPECT_EQ(o.out.find("ran"), std::string::npos) << o.out;
+  }
+  ASSERT_TRUE(wait_for_lines(dir + "/agent", 1, 1));
+  EXPECT_TRUE(wait_gone({std::stoi(read_file(dir + "/agent"))}, 10).empty()) << "the agent started after the text outlived hvdrun";
+  std::filesystem::remove_all(dir);
+}

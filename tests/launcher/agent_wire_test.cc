@@ -50,6 +50,37 @@ TEST(AgentWire, BadFramesAreErrors) {
   EXPECT_FALSE(agentwire::decode_output(std::string("\0\0\0\x01\x07x", 6), &rank, &s, &lines).ok());
 }
 
+// Text where a frame should be (a login banner, a .bashrc that echoes, a launcher's
+// greeting on stdout) read as "agent frame of 1466264675 bytes": the reader now quotes
+// the bytes, up to 80, printably, and says whether any frame came before them.
+TEST(AgentWire, TextInsteadOfAFrameIsQuoted) {
+  FrameReader r;
+  EXPECT_FALSE(r.any_frame());
+  auto s = r.feed("Welcome to Ubuntu 22.04 LTS\n");
+  ASSERT_FALSE(s.ok());
+  EXPECT_FALSE(r.any_frame());
+  EXPECT_EQ(r.stuck_at(), "Welcome to Ubuntu 22.04 LTS\\x0a");
+  EXPECT_NE(s.error().message.find("at byte 0: 'Welcome to Ubuntu 22.04 LTS\\x0a'"), std::string::npos)
+      << s.error().message;
+  FrameReader longer;
+  ASSERT_FALSE(longer.feed(std::string(100, 'x')).ok());
+  EXPECT_EQ(longer.stuck_at(), std::string(80, 'x') + "...");
+  // After a whole frame: where the stream broke.
+  FrameReader after;
+  std::string hello = agentwire::encode(Type::kHello, "{}");
+  ASSERT_FALSE(after.feed(hello + "oops, text").ok());
+  EXPECT_TRUE(after.any_frame());
+  EXPECT_EQ(after.stuck_at(), "oops, text");
+  // Shorter than a frame's header, then the end of the stream: finish() says what was left.
+  FrameReader brief;
+  ASSERT_TRUE(brief.feed("hi\n").ok());
+  EXPECT_FALSE(brief.finish().ok());
+  EXPECT_EQ(brief.stuck_at(), "hi\\x0a");
+  FrameReader whole;
+  ASSERT_TRUE(whole.feed(hello).ok());
+  EXPECT_TRUE(whole.finish().ok());
+}
+
 TEST(AgentWire, JobAndHelloRoundTrip) {
   AgentJob job;
   job.host = "node2";

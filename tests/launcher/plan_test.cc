@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -139,7 +141,7 @@ TEST(LaunchCommand, TemplatePlacesTheHostAndTheAgentsWords) {
 // backslashes), nothing expanded. An undefined $VAR was refused while $HOME and a glob
 // were expanded (the glob against hvdrun's working directory).
 TEST(LaunchCommand, TemplateWordsAreSplitLikeAShellButNeverExpanded) {
-  std::string dir = ::testing::TempDir() + "/glob_here";
+  std::string dir = ::testing::TempDir() + "/hvdrun_glob_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/a.yaml") << "x";
   auto cwd = std::filesystem::current_path();
@@ -149,6 +151,8 @@ TEST(LaunchCommand, TemplateWordsAreSplitLikeAShellButNeverExpanded) {
   auto a = template_argv("launch -f *.yaml --ns $HVDRUN_TEST_UNDEFINED --home ${HVDRUN_TEST_DEFINED} ~ {host}", "h1",
                          "hvdrun", 2.5);
   std::filesystem::current_path(cwd);
+  std::filesystem::remove_all(dir);
+  ::unsetenv("HVDRUN_TEST_DEFINED");
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(*a, (std::vector<std::string>{"launch", "-f", "*.yaml", "--ns", "$HVDRUN_TEST_UNDEFINED", "--home",
                                           "${HVDRUN_TEST_DEFINED}", "~", "h1", "hvdrun", "--agent",

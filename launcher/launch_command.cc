@@ -7,9 +7,21 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
+#include <string_view>
 
 namespace hvdrun {
+namespace {
+
+// Whether `c` is one of `set` (never the NUL that ends it, as strchr would say).
+bool one_of(char c, std::string_view set) { return set.find(c) != std::string_view::npos; }
+constexpr std::string_view kBlanks = " \t";
+
+// A blank at `i`, or the newline that ends `line` (nothing but blanks and newlines after it).
+bool blank_at(const std::string& line, size_t i) {
+  return one_of(line[i], kBlanks) || (line[i] == '\n' && line.find_first_not_of(" \t\n", i) == std::string::npos);
+}
+
+}  // namespace
 
 Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
   if (s == "yes") return HostKeyPolicy::kYes;
@@ -20,7 +32,7 @@ Result<HostKeyPolicy> parse_host_key_policy(const std::string& s) {
 
 std::string shell_quote(const std::string& w) {
   if (!w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./-_", c);
+        return std::isalnum(static_cast<unsigned char>(c)) || one_of(c, "@%+=:,./-_");
       }))
     return w;
   std::string q = "'";
@@ -32,13 +44,14 @@ namespace {
 
 // One word at `i` of `line` (past any blanks), as a POSIX shell reads it: '...' keeps
 // everything, "..." lets a backslash escape $ ` " \ and a newline, a bare backslash escapes
-// the next character; nothing is expanded. An error names what only a shell could act on.
+// the next character (a backslash-newline continues the line); nothing is expanded. An
+// error names what only a shell could act on (an operator, a newline that ends a command).
 Result<std::string> next_word(const std::string& line, size_t& i) {
   std::string w;
   auto at = [&](const std::string& what, const std::string& hint = "") {
     return error_of(ErrorKind::kUsage, what + " at character " + std::to_string(i + 1) + hint);
   };
-  while (i < line.size() && !std::strchr(" \t\n", line[i])) {
+  while (i < line.size() && !blank_at(line, i)) {
     char c = line[i];
     if (c == '\'') {
       size_t end = line.find('\'', i + 1);
@@ -48,7 +61,7 @@ Result<std::string> next_word(const std::string& line, size_t& i) {
     } else if (c == '"') {
       size_t open = i++;
       for (; i < line.size() && line[i] != '"'; ++i) {
-        if (line[i] == '\\' && i + 1 < line.size() && std::strchr("$`\"\\\n", line[i + 1]) && line[++i] == '\n')
+        if (line[i] == '\\' && i + 1 < line.size() && one_of(line[i + 1], "$`\"\\\n") && line[++i] == '\n')
           continue;  // a line continued
         w += line[i];
       }
@@ -61,8 +74,8 @@ Result<std::string> next_word(const std::string& line, size_t& i) {
       if (i + 1 == line.size()) return at("a \\ with nothing after it");
       if (line[i + 1] != '\n') w += line[i + 1];
       i += 2;
-    } else if (std::strchr("|&;<>()`", c)) {
-      return at(std::string("'") + c + "' outside quotes",
+    } else if (one_of(c, "|&;<>()`\n")) {
+      return at(c == '\n' ? "a newline outside quotes" : std::string("'") + c + "' outside quotes",
                 " (hvdrun runs no shell here: quote it, or run sh -c '...')");
     } else {
       w += line[i++];
@@ -79,8 +92,9 @@ Result<std::vector<std::string>> split_command_line(const std::string& line, con
     return error_of(ErrorKind::kUsage, what + " '" + printable(line, 200, true) + "': " + why);
   };
   for (size_t i = 0;;) {
-    i = line.find_first_not_of(" \t\n", i);
-    if (i == std::string::npos) break;
+    while (i < line.size() && (blank_at(line, i) || line.compare(i, 2, "\\\n") == 0))
+      i += line[i] == '\\' ? 2 : 1;  // (a line continued between words)
+    if (i >= line.size()) break;
     auto w = next_word(line, i);
     if (!w) return fail(w.error().message);
     argv.push_back(std::move(*w));

@@ -19,8 +19,8 @@ std::string shell_quote(const std::string& word);
 // A command line split into words as a POSIX shell splits a simple command: blanks
 // separate, '...' and "..." quote, a backslash escapes. Nothing is expanded: $VAR, ~,
 // globs and {a,b} stay as written (as mpirun's plm_rsh_agent), so no word depends on
-// hvdrun's environment or working directory; | & ; < > ( ) and ` outside quotes are
-// refused, as they would need a shell. `what` names the option in errors.
+// hvdrun's environment or working directory; | & ; < > ( ), ` and a newline outside
+// quotes are refused, as they would need a shell. `what` names the option in errors.
 Result<std::vector<std::string>> split_command_line(const std::string& line, const std::string& what);
 
 // The agent's own words after its path: `--agent --start-timeout=S`. The agent waits for

@@ -16,7 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t step = in.empty() ? 1 : static_cast<size_t>(static_cast<uint8_t>(in[0]) % 17) + 1;
   agentwire::FrameReader reader;
   for (size_t off = 0; off < in.size(); off += step) {
-    if (!reader.feed(in.substr(off, step))) break;
+    if (!reader.feed(in.substr(off, step))) {
+      if (reader.stuck_at().size() > 80 + 3) __builtin_trap();  // 80 bytes at most, and "..."
+      break;
+    }
     while (auto f = reader.next()) {
       int rank, stream;
       std::string_view lines;
@@ -29,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  (void)reader.finish();
   // The JSON decoders on the raw input too (a corpus of messages finds their corners).
   std::string json(in);
   (void)decode_job(json);

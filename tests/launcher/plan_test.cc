@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/strings.h"
 #include "launcher/launch_command.h"
 
 namespace hvdrun {
@@ -163,12 +164,16 @@ TEST(LaunchCommand, TemplateWordsAreSplitLikeAShellButNeverExpanded) {
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(*a, (std::vector<std::string>{"sh", "-c", "exec \"$@\"", "its h2", "a b", "x\\y", "", "h2", "hvdrun",
                                           "--agent", "--start-timeout=1"}));
+  // Lines continued, and the newline that ends the template, as in a shell.
+  auto c = split_command_line("ssh \\\n  -x a\\\nb \"c\\\nd\"\n", "--ssh-command");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (std::vector<std::string>{"ssh", "-x", "ab", "cd"}));
   // Shell syntax that only a shell could act on is refused, naming it.
-  for (const char* t : {"ssh {host} | tee", "ssh {host}; x", "a $(b) {host}", "a > f", "a 'b", "a \"b", "a b\\"}) {
+  for (const char* t : {"ssh {host} | tee", "ssh {host}; x", "a $(b) {host}", "a > f", "a 'b", "a \"b", "a b\\", "a\nb"}) {
     auto bad = split_command_line(t, "--launch-command");
     ASSERT_FALSE(bad.ok()) << t;
     EXPECT_EQ(bad.error().kind, ErrorKind::kUsage);
-    EXPECT_EQ(bad.error().message.rfind(std::string("--launch-command '") + t + "': ", 0), 0u) << bad.error().message;
+    EXPECT_EQ(bad.error().message.rfind("--launch-command '" + printable(t, 200, true) + "': ", 0), 0u) << bad.error().message;
   }
   EXPECT_FALSE(split_command_line("  ", "--ssh-command").ok());
 }

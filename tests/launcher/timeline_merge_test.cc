@@ -164,7 +164,7 @@ TEST(TimelineMerge, APendingSignalStopsTheMerge) {
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
   ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &term, &old), 0);
-  ::kill(::getpid(), SIGTERM);
+  ::raise(SIGTERM);  // (pending on this thread: no other thread of the test may take it)
   auto st = merge_timeline_files(file, 2);
   timespec zero{0, 0};
   ::sigtimedwait(&term, nullptr, &zero);  // (not taken by the merge: taken here)

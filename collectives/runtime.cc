@@ -272,12 +272,14 @@ Status Runtime::start_engine() {
   };
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
   std::string tl = tunable_string("HVDRUN_TIMELINE");
-  if (!tl.empty()) {
+  // The file is created once per process: hvd_init after hvd_shutdown goes on writing it
+  // (its path exists by then, and Timeline::open never overwrites).
+  if (!tl.empty() && (!timeline_ || timeline_->path() != Timeline::rank_path(tl, view_.rank))) {
     auto t = Timeline::open(tl, view_.rank, view_.host, tunable_string("HVDRUN_TIMELINE_MARK_CYCLES") == "1");
     if (!t) return t.error();
     timeline_ = std::move(*t);
-    o.timeline = timeline_.get();
   }
+  if (!tl.empty()) o.timeline = timeline_.get();
   engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
   return {};
 }
@@ -585,8 +587,7 @@ Status Runtime::shutdown() {
   if (!initialized_) return {};
   std::shared_ptr<Engine> e = engine_;
   if (e) e->stop("hvd_shutdown was called with this operation pending");
-  engine_.reset();
-  timeline_.reset();
+  engine_.reset();  // (the timeline stays open for an hvd_init to come)
   // Tell hvdrun this rank is done on purpose: a rank whose connection ends without it
   // left the job early, and is the one blamed when the others then fail.
   {

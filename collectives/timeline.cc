@@ -1,5 +1,8 @@
 #include "collectives/timeline.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -39,13 +42,24 @@ std::string Timeline::rank_path(const std::string& path, int rank) { return path
 Result<std::unique_ptr<Timeline>> Timeline::open(const std::string& path, int rank, const std::string& host,
                                                  bool mark_cycles) {
   std::string p = rank_path(path, rank);
-  FILE* f = std::fopen(p.c_str(), "w");
-  if (!f)
-    return Error{"rank " + std::to_string(rank) + ": cannot write the timeline " + p + ": " + std::strerror(errno),
+  std::string who = "rank " + std::to_string(rank) + ": ";
+  // Created here, never opened: whatever is at the path already (a symbolic link, a FIFO,
+  // an earlier job's file) is neither followed nor overwritten.
+  int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST)
+    return Error{who + "the timeline file " + p + " exists already (an earlier job's?): hvdrun does not overwrite it; "
+                 "remove it or choose another timeline file",
                  HVD_ERR_INVALID_ARGUMENT};
-  std::unique_ptr<Timeline> t(new Timeline(f, rank, mark_cycles));
+  if (fd < 0)
+    return Error{who + "cannot create the timeline file " + p + ": " + std::strerror(errno), HVD_ERR_INVALID_ARGUMENT};
+  FILE* f = ::fdopen(fd, "w");
+  if (!f) {
+    ::close(fd);
+    return Error{who + "cannot write the timeline file " + p + ": " + std::strerror(errno), HVD_ERR_INVALID_ARGUMENT};
+  }
+  std::unique_ptr<Timeline> t(new Timeline(f, p, rank, mark_cycles));
   std::lock_guard<std::mutex> lk(t->mu_);
-  std::fputs("[\n", f);
+  t->write("[\n");
   t->line("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank) +
           ",\"args\":{\"name\":\"rank " + std::to_string(rank) + " (" + json_escape(host) + ")\"}}");
   t->line("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(rank) +
@@ -57,11 +71,17 @@ Timeline::~Timeline() {
   if (f_) std::fclose(f_);
 }
 
-void Timeline::line(const std::string& json) {
-  std::fputs(json.c_str(), f_);
-  std::fputs(",\n", f_);
-  std::fflush(f_);
+void Timeline::write(const std::string& text) {
+  if (failed_) return;
+  if (std::fputs(text.c_str(), f_) >= 0 && std::fflush(f_) == 0) return;
+  // A full disk: one line, and the file stops here (the job goes on, as Horovod's does;
+  // hvdrun's merge then finds it cut short).
+  failed_ = true;
+  std::fprintf(stderr, "hvdrun: rank %d: cannot write the timeline file %s: %s; its timeline stops here\n", rank_,
+               path_.c_str(), std::strerror(errno));
 }
+
+void Timeline::line(const std::string& json) { write(json + ",\n"); }
 
 int Timeline::tid_of(const std::string& tensor) {
   auto it = open_.find(tensor);

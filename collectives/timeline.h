@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "common/result.h"
 
@@ -20,6 +21,8 @@ class Timeline {
  public:
   // The file of `rank` for the job's timeline path: "<path>.rank<N>".
   static std::string rank_path(const std::string& path, int rank);
+  // Creates that file (O_EXCL|O_NOFOLLOW): anything already at its path is an error, never
+  // followed or overwritten. A failed write later prints one line and ends the file.
   static Result<std::unique_ptr<Timeline>> open(const std::string& path, int rank, const std::string& host,
                                                 bool mark_cycles);
   ~Timeline();
@@ -30,13 +33,18 @@ class Timeline {
   void done(const std::string& tensor);
   void instant(const std::string& what);  // a global mark (CYCLE_START)
   bool mark_cycles() const { return mark_cycles_; }
+  const std::string& path() const { return path_; }
 
  private:
-  Timeline(FILE* f, int rank, bool mark_cycles) : f_(f), rank_(rank), mark_cycles_(mark_cycles) {}
+  Timeline(FILE* f, std::string path, int rank, bool mark_cycles)
+      : f_(f), path_(std::move(path)), rank_(rank), mark_cycles_(mark_cycles) {}
   int tid_of(const std::string& tensor);  // under mu_
   void line(const std::string& json);     // under mu_
+  void write(const std::string& text);    // under mu_; after a failed write, nothing more
   std::mutex mu_;
   FILE* f_;
+  std::string path_;
+  bool failed_ = false;
   int rank_;
   bool mark_cycles_;
   std::unordered_map<std::string, std::pair<int, std::string>> open_;  // tensor -> (tid, open phase)

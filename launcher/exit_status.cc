@@ -25,7 +25,7 @@ const std::vector<ExitStatusRow>& exit_status_table() {
       {ErrorKind::kRankExitedEarly, "rank exited early", exit_code::kExitedEarly,
        "A rank exited with 0 while the others still waited on it (it left the job before its end)."},
       {ErrorKind::kOutputFailed, "output failed", exit_code::kOutputFailed,
-       "The job's output could not be written (an --output-filename file: the disk is full, ...)."},
+       "The job's output could not be written (an --output-filename file, the timeline: the disk is full, ...)."},
       {ErrorKind::kNotExecutable, "not executable", exit_code::kNotExecutable,
        "The command was found but cannot be executed."},
       {ErrorKind::kNotFound, "not found", exit_code::kNotFound, "The command was not found."},

@@ -150,6 +150,14 @@ int run_job(const LaunchOptions& opts, char** envp) {
   if (auto st = check_process_budget(read_process_budget(), need); !st)
     return fail(error_of(ErrorKind::kResourceLimit, st.error().message));
 
+  // The timeline's paths, before anything starts: nothing there is followed or overwritten.
+  const std::string timeline = opts.timeline_file.empty() ? tunable_string("HVDRUN_TIMELINE") : opts.timeline_file;
+  if (!timeline.empty())
+    if (auto st = check_timeline_path(timeline, static_cast<int>(plan->ranks.size()),
+                                      opts.timeline_file.empty() ? "HVDRUN_TIMELINE" : "--timeline-filename");
+        !st)
+      return fail(st.error());
+
   std::string secret = rdv::new_secret();
   JobEnv base;
   base.iface = opts.network_interface;
@@ -429,10 +437,12 @@ int run_job(const LaunchOptions& opts, char** envp) {
   remotes.clear();
   server->reset();
   // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).
-  std::string timeline = opts.timeline_file.empty() ? tunable_string("HVDRUN_TIMELINE") : opts.timeline_file;
+  // Its failure is the job's status when the job itself succeeded.
   if (!timeline.empty())
-    if (auto st = merge_timeline_files(timeline, static_cast<int>(plan->ranks.size())); !st)
+    if (auto st = merge_timeline_files(timeline, static_cast<int>(plan->ranks.size())); !st) {
       std::fprintf(stderr, "hvdrun: %s\n", st.error().message.c_str());
+      if (res.exit_code == 0) return exit_code_for(st.error());
+    }
   return res.exit_code;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <gtest/gtest.h>
@@ -886,6 +887,8 @@ TEST(Engine, TimelineIsParsedBackWithEveryPhase) {
   const int n = 2;
   std::string path = ::testing::TempDir() + "engine_timeline.json";
   std::vector<std::unique_ptr<Timeline>> tls;
+  // (an earlier run's files: Timeline::open never overwrites)
+  for (int r = 0; r < n; ++r) std::remove(Timeline::rank_path(path, r).c_str());
   for (int r = 0; r < n; ++r) tls.push_back(Timeline::open(path, r, "h" + std::to_string(r), true).value());
   {
     Job job(n, {}, {}, [&](EngineOptions& o, int r) { o.timeline = tls[r].get(); });
@@ -921,6 +924,34 @@ TEST(Engine, TimelineIsParsedBackWithEveryPhase) {
     EXPECT_TRUE(phases.count("NEGOTIATE_allreduce"));
     EXPECT_TRUE(phases.count("ALLREDUCE"));
   }
+}
+
+// Issue 30.2: a rank creates its file, never opens what is there: a symbolic link (to a
+// file of the user's) or an earlier job's file is an error naming it, and is left as it was
+// (fopen "w" truncated the link's target).
+TEST(Engine, TimelineNeverOverwritesWhatIsAtItsPath) {
+  std::string dir = ::testing::TempDir() + "engine_timeline_links_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/t.json";
+  { std::ofstream(dir + "/victim") << "precious\n"; }
+  std::filesystem::create_symlink(dir + "/victim", Timeline::rank_path(path, 0));
+  { std::ofstream(Timeline::rank_path(path, 1)) << "an earlier job's\n"; }
+  for (int r = 0; r < 2; ++r) {
+    auto t = Timeline::open(path, r, "h", false);
+    ASSERT_FALSE(t) << "rank " << r;
+    EXPECT_NE(t.error().message.find(Timeline::rank_path(path, r) + " exists already"), std::string::npos)
+        << t.error().message;
+  }
+  std::ifstream v(dir + "/victim");
+  std::string line;
+  std::getline(v, line);
+  EXPECT_EQ(line, "precious");
+  EXPECT_TRUE(std::filesystem::is_symlink(Timeline::rank_path(path, 0)));
+  std::ifstream e(Timeline::rank_path(path, 1));
+  std::getline(e, line);
+  EXPECT_EQ(line, "an earlier job's");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -154,6 +155,55 @@ TEST(EngineLaunchTimeline, AJobKilledMidRunStillLeavesALoadableFile) {
   EXPECT_EQ(o.exit_code, 137) << o.err;
   check_trace(path, 2, false);
   std::remove(path.c_str());
+}
+
+// Issue 30.2: a symbolic link (to a file of the user's) or an earlier job's file at a rank's
+// path is refused before anything starts, naming it, and nothing is overwritten (rank 0
+// truncated the link's target, exit 0, no word). A directory as the path (30.4) likewise.
+TEST(EngineLaunchTimeline, WhatIsAtTheTimelinesPathsIsRefusedBeforeTheJobAndLeftAlone) {
+  std::string dir = make_temp_dir();
+  std::string path = dir + "/t.json";
+  { std::ofstream(dir + "/victim") << "precious\n"; }
+  ASSERT_EQ(symlink((dir + "/victim").c_str(), (path + ".rank0").c_str()), 0);
+  auto o = run({kHvdrun, "-np", "2", "--timeline-filename", path, kEngine, "steps", "1"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: --timeline-filename '" + path + "': " + path +
+                       ".rank0 is a symbolic link: hvdrun neither overwrites nor merges it"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.out.find("steps done"), std::string::npos) << "the job ran: " << o.out;
+  EXPECT_EQ(read_file(dir + "/victim"), "precious\n");
+  // An earlier job's file, through HOROVOD_TIMELINE.
+  std::remove((path + ".rank0").c_str());
+  { std::ofstream(path + ".rank1") << "an earlier job's\n"; }
+  o = run({kHvdrun, "-np", "2", kEngine, "steps", "1"}, 120, {{"HOROVOD_TIMELINE", path}});
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: HVDRUN_TIMELINE '" + path + "': " + path + ".rank1 exists already"), std::string::npos)
+      << o.err;
+  EXPECT_EQ(read_file(path + ".rank1"), "an earlier job's\n");
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "nothing was merged";
+  // A directory.
+  o = run({kHvdrun, "-np", "1", "--timeline-filename", dir, kEngine, "steps", "1"}, 120);
+  EXPECT_EQ(o.exit_code, 2) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: --timeline-filename '" + dir + "': is a directory"), std::string::npos) << o.err;
+  std::filesystem::remove_all(dir);
+}
+
+// hvd_init after hvd_shutdown goes on writing the rank's file (it exists by then: it is
+// this process's): the merged trace holds every round's allreduce.
+TEST(EngineLaunchTimeline, InitAfterShutdownWritesOnInTheSameFile) {
+  std::string dir = make_temp_dir();
+  std::string path = dir + "/t.json";
+  auto o = run({kHvdrun, "-np", "2", "--timeline-filename", path, kEngine, "reinit"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  auto j = nlohmann::json::parse(read_file(path), nullptr, false);
+  ASSERT_TRUE(j.is_array()) << read_file(path);
+  int allreduces = 0;
+  for (auto& e : j) allreduces += e["pid"] == 0 && e["ph"] == "B" && e["name"] == "ALLREDUCE";
+  EXPECT_EQ(allreduces, 3) << "one per round";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EngineLaunchTimeline, MarkCyclesWithoutAFileIsAUsageError) {

@@ -208,6 +208,33 @@ TEST(Hardening, FullDiskForOutputFilenameEndsTheJobWithExit7) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 30.4: a full disk under the timeline is "output failed" (exit 7) with one line
+// naming the file, and no temporary is left; the ranks' files stay, said so (it printed a
+// line and exited 0, leaving FILE.tmp cut short). A 16 KiB tmpfs in a private mount
+// namespace (root).
+TEST(Hardening, FullDiskForTheTimelineIsExit7AndLeavesNoTemporary) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a private mount namespace";
+  std::string dir = make_temp_dir();
+  std::filesystem::create_directories(dir + "/tl");
+  std::string file = dir + "/tl/t.json";
+  auto o = run({"unshare", "-m", "sh", "-c",
+                "mount -t tmpfs -o size=16k none \"$0\" && \"$@\"; s=$?; ls -A \"$0\"; exit $s", dir + "/tl",
+                kHvdrun, "-np", "2", "--timeline-filename", file, ENGINE_WORKER_BIN, "steps", "3"},
+               120);
+  ASSERT_FALSE(o.timed_out);
+  if (o.err.find("unshare") != std::string::npos || o.err.find("mount:") != std::string::npos)
+    GTEST_SKIP() << "no private mount namespace here: " << o.err;
+  EXPECT_EQ(o.exit_code, 7) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: cannot write the timeline " + file + ": No space left on device; the ranks' files "
+                       "are left as they are (" + file + ".rank0, ...)"),
+            std::string::npos)
+      << o.err;
+  // What the tmpfs held at the end (ls -A, after the ranks' lines): the ranks' files only.
+  EXPECT_NE(o.out.find("\nt.json.rank0\nt.json.rank1\n"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("t.json.tmp"), std::string::npos) << o.out;
+  std::filesystem::remove_all(dir);
+}
+
 // A launch command's client that is stopped (here the client is the agent itself, as with
 // a paused container): hvdrun reports the lost contact and ends; it waited on the stopped
 // client forever after its report (found by the chaos suite).

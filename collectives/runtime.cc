@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "collectives/buffer_checks.h"
 #include "collectives/dtype.h"
 #include "collectives/hierarchy.h"
 
@@ -364,6 +365,7 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
     r.spec.counts.push_back(counts[i]);
     r.tensors.push_back({sends[i], recvs[i]});
   }
+  if (auto s = check_allreduce_buffers(what, n, sends, recvs, counts, dtype); !s) return s.error();
   r.spec.device = any_device;
   return submit(what, std::move(r));
 }
@@ -377,6 +379,7 @@ Result<hvd_handle_t> Runtime::broadcast_async(const char* name, void* buf, size_
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": root " + std::to_string(root) +
                                              " is not a rank of this job (size " + std::to_string(size) + ")");
   if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  if (auto s = check_broadcast_buffer(what, buf, count, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kBroadcast;
@@ -397,6 +400,8 @@ Result<hvd_handle_t> Runtime::allgatherv_async(const char* name, const void* sen
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
   if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  const RankView v = view();
+  if (auto s = check_allgather_buffers(what, send, recv, rows, row_elems, dtype, v.rank, v.size); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllgatherv;
@@ -430,13 +435,9 @@ Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send,
                                                " ranks (pass splits)");
     r.spec.splits.assign(size, rows / size);
   } else {
-    size_t sum = 0;
-    for (int i = 0; i < size; ++i) sum += splits[i];
-    if (sum != rows)
-      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": splits add up to " + std::to_string(sum) +
-                                               " rows, but rows is " + std::to_string(rows));
     r.spec.splits.assign(splits, splits + size);
   }
+  if (auto s = check_alltoall_buffers(what, send, rows, row_elems, splits, dtype, size); !s) return s.error();
   if (rows && row_elems) {
     if (!send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
     auto dev = on_device(what, send, send);
@@ -456,6 +457,7 @@ Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* 
   size_t mine = rows / size + (static_cast<size_t>(rank) < rows % size ? 1 : 0);
   if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null sendbuf");
   if (mine && row_elems && !recv) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null recvbuf");
+  if (auto s = check_reducescatter_buffers(what, send, recv, rows, mine, row_elems, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kReducescatter;

@@ -29,14 +29,15 @@ std::string indexed(const char* name, int n, int i) { return n > 1 ? fmt::format
 // `value` units of `unit_bytes` each, from `p` (null: memory libhvdrun allocates, named
 // `buffer`), must end below the top of the address space: their bytes, or an error naming
 // the value and the most that fits.
-Result<size_t> fit(const char* what, const std::string& name, size_t value, size_t unit_bytes, const std::string& buffer,
-                   const void* p, const std::string& unit) {
+Result<size_t> fit(const char* what, const std::string& name, size_t value, size_t unit_bytes,
+                   const std::string& buffer, const void* p, const std::string& unit) {
   if (value == 0 || unit_bytes == 0) return size_t{0};
   const uintptr_t top = address_space_top(), base = reinterpret_cast<uintptr_t>(p);
   const size_t most = base < top ? (top - base) / unit_bytes : 0;
   if (value <= most) return value * unit_bytes;
   std::string where = p ? fmt::format("{} at {}", buffer, p) : buffer;
-  return invalid(fmt::format("{}: {} {} is too large: {} can hold at most {} {} below the top of the address space ({:#x})",
+  return invalid(fmt::format("{}: {} {} is too large: {} can hold at most {} {} below the top of the address space "
+                             "({:#x})",
                              what, name, value, where, most, unit, top));
 }
 

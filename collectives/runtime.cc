@@ -1,6 +1,8 @@
 #include "collectives/runtime.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -28,9 +30,27 @@ Error err(int code, std::string message) { return Error{std::move(message), code
 
 }  // namespace
 
+namespace {
+Runtime* g_runtime = nullptr;  // for the fork handlers
+}  // namespace
+
 Runtime& Runtime::instance() {
-  static Runtime* rt = new Runtime();  // never destroyed: safe from exit-time ordering
+  static Runtime* rt = [] {
+    g_runtime = new Runtime();  // never destroyed: safe from exit-time ordering
+    pthread_atfork(&Runtime::before_fork, &Runtime::after_fork_in_parent, &Runtime::after_fork_in_child);
+    return g_runtime;
+  }();
   return *rt;
+}
+
+// A query in a forked child (a DataLoader worker's hvd.rank()) takes the rank view's lock:
+// no other thread of the parent may hold the child's copy of it.
+void Runtime::before_fork() { g_runtime->view_mu_.lock(); }
+void Runtime::after_fork_in_parent() { g_runtime->view_mu_.unlock(); }
+void Runtime::after_fork_in_child() {
+  g_runtime->view_mu_.unlock();
+  if (g_runtime->owner_pid_.load() != 0) g_runtime->forked_ = true;
+  if (g_runtime->timeline_) g_runtime->timeline_->drop_buffered_in_child();
 }
 
 Result<RankView> rank_view_from_env(const std::function<std::optional<std::string>(const char*)>& get) {
@@ -67,6 +87,7 @@ Status Runtime::init() {
     }
     if (auto s = connect_ring(); !s) return s;
     if (auto s = start_engine(); !s) return s;
+    owner_pid_ = getpid();
     initialized_ = true;
     return {};
   }
@@ -130,6 +151,7 @@ Status Runtime::init() {
     client_.reset();
     return s;
   }
+  owner_pid_ = getpid();
   initialized_ = true;
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);

@@ -1,5 +1,7 @@
 #include "collectives/timeline.h"
 
+#include <stdio_ext.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -56,6 +58,8 @@ Result<std::unique_ptr<Timeline>> Timeline::open(const std::string& path, int ra
 Timeline::~Timeline() {
   if (f_) std::fclose(f_);
 }
+
+void Timeline::drop_buffered_in_child() { __fpurge(f_); }
 
 void Timeline::line(const std::string& json) {
   std::fputs(json.c_str(), f_);

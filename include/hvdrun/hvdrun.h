@@ -53,6 +53,14 @@ HVD_API int hvd_init(void);
 HVD_API int hvd_shutdown(void);
 HVD_API int hvd_initialized(void); /* 1 or 0 */
 
+/* fork(): a child of the process that called hvd_init (a DataLoader worker, a
+ * multiprocessing child) inherits the rank but not the runtime's threads, and the job's
+ * connections stay the parent's. There, as in Horovod, hvd_initialized() and the rank and
+ * size queries answer the parent's values; every collective, hvd_wait and the like return
+ * HVD_ERR_NOT_INITIALIZED (hvd_poll -1) naming the parent; hvd_init fails the same way (a
+ * forked child has no rank of its own); hvd_shutdown sends and closes nothing and only
+ * makes this process forget the runtime (hvd_initialized() 0 after it). The parent's job
+ * goes on unharmed. */
 
 /* -1 before hvd_init(). They never wait for a running collective. */
 HVD_API int hvd_rank(void);

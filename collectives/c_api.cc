@@ -1,6 +1,8 @@
 // The C API boundary: turns errors into HVD_ERR_* codes with a per-thread message and never
 // lets an exception escape. hvd_init and hvd_shutdown take the runtime lock; collectives
 // only take it to find the engine, and wait without it; the rank view has its own lock.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -34,6 +36,26 @@ int guarded(Fn&& fn) {
 
 hvdrun::Runtime& rt() { return hvdrun::Runtime::instance(); }
 
+// In a process forked from the one that ran hvd_init (a DataLoader worker, a
+// multiprocessing child), every call that would act on the job: HVD_ERR_NOT_INITIALIZED,
+// naming the parent, before any lock is taken (a lock some other thread of the parent held
+// at the fork stays held in the child). The queries answer the parent's values, as
+// Horovod's do in such a child.
+int refused_in_fork(const char* what) {
+  if (!rt().forked_child()) return HVD_SUCCESS;
+  const std::string self = "this process (pid " + std::to_string(getpid()) + ") is a fork of pid " +
+                           std::to_string(rt().owner_pid()) + ", which called hvd_init";
+  const int rank = rt().initialized() ? rt().view().rank : -1;
+  const std::string as = rank >= 0 ? " as rank " + std::to_string(rank) : "";
+  if (std::strcmp(what, "hvd_init") == 0)
+    g_last_error = std::string(what) + ": " + self + as + ": a forked child has no rank of its own and cannot join " +
+                   "the job (start a new process under hvdrun for that)";
+  else
+    g_last_error = std::string(what) + ": " + self + as + ": the job's connections are that process's, and a " +
+                   "forked child runs no collectives (hvd_rank() and the other queries answer the parent's values)";
+  return HVD_ERR_NOT_INITIALIZED;
+}
+
 template <class Fn>
 int view_field(Fn&& fn) {
   if (!rt().initialized()) return -1;
@@ -42,7 +64,8 @@ int view_field(Fn&& fn) {
 
 // Runs a submitting call and stores its handle.
 template <class Fn>
-int submit(hvd_handle_t* handle, Fn&& fn) {
+int submit(const char* what, hvd_handle_t* handle, Fn&& fn) {
+  if (int rc = refused_in_fork(what)) return rc;
   return guarded([&]() -> hvdrun::Status {
     if (!handle) return hvdrun::Error{"the handle pointer is null", HVD_ERR_INVALID_ARGUMENT};
     hvdrun::Result<hvd_handle_t> h = fn();
@@ -82,6 +105,7 @@ int take_output(hvd_handle_t h, size_t row_elems, hvd_dtype_t dtype, void** recv
 extern "C" {
 
 int hvd_init(void) {
+  if (int rc = refused_in_fork("hvd_init")) return rc;
   return guarded([&] {
     std::lock_guard<std::mutex> lk(rt().mutex());
     return rt().init();
@@ -89,6 +113,10 @@ int hvd_init(void) {
 }
 
 int hvd_shutdown(void) {
+  if (rt().forked_child()) {  // leaves the parent's job alone: sends and closes nothing
+    rt().forget_in_child();
+    return HVD_SUCCESS;
+  }
   return guarded([&] {
     std::lock_guard<std::mutex> lk(rt().mutex());
     return rt().shutdown();
@@ -105,24 +133,28 @@ int hvd_cross_rank(void) { return view_field([](const hvdrun::RankView& v) { ret
 int hvd_cross_size(void) { return view_field([](const hvdrun::RankView& v) { return v.cross_size; }); }
 
 int hvd_barrier(void) {
+  if (int rc = refused_in_fork("hvd_barrier")) return rc;
   return guarded([&] { return rt().barrier(); });
 }
 
 int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  if (int rc = refused_in_fork("hvd_allreduce")) return rc;
   return guarded([&] { return rt().allreduce(sendbuf, recvbuf, count, dtype, op); });
 }
 
 int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
+  if (int rc = refused_in_fork("hvd_broadcast")) return rc;
   return guarded([&] { return rt().broadcast(buf, count, dtype, root); });
 }
 
 int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype) {
+  if (int rc = refused_in_fork("hvd_allgather")) return rc;
   return guarded([&] { return rt().allgather(sendbuf, recvbuf, sendcount, dtype); });
 }
 
 int hvd_allreduce_async(const char* name, const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype,
                         hvd_op_t op, double prescale, double postscale, hvd_handle_t* handle) {
-  return submit(handle, [&] {
+  return submit("hvd_allreduce_async", handle, [&] {
     return rt().allreduce_async(name, 1, &sendbuf, &recvbuf, &count, dtype, op, prescale, postscale);
   });
 }
@@ -130,32 +162,36 @@ int hvd_allreduce_async(const char* name, const void* sendbuf, void* recvbuf, si
 int hvd_grouped_allreduce_async(const char* name, int n, const void* const* sendbufs, void* const* recvbufs,
                                 const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
                                 double postscale, hvd_handle_t* handle) {
-  return submit(handle, [&] {
+  return submit("hvd_grouped_allreduce_async", handle, [&] {
     return rt().allreduce_async(name, n, sendbufs, recvbufs, counts, dtype, op, prescale, postscale,
                                 "hvd_grouped_allreduce_async");
   });
 }
 
 int hvd_broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root, hvd_handle_t* handle) {
-  return submit(handle, [&] { return rt().broadcast_async(name, buf, count, dtype, root); });
+  return submit("hvd_broadcast_async", handle, [&] { return rt().broadcast_async(name, buf, count, dtype, root); });
 }
 
 int hvd_allgatherv_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
                          hvd_handle_t* handle) {
-  return submit(handle, [&] { return rt().allgatherv_async(name, sendbuf, nullptr, rows, row_elems, dtype); });
+  return submit("hvd_allgatherv_async", handle,
+                [&] { return rt().allgatherv_async(name, sendbuf, nullptr, rows, row_elems, dtype); });
 }
 
 int hvd_alltoall_async(const char* name, const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits,
                        hvd_dtype_t dtype, hvd_handle_t* handle) {
-  return submit(handle, [&] { return rt().alltoall_async(name, sendbuf, rows, row_elems, splits, dtype); });
+  return submit("hvd_alltoall_async", handle,
+                [&] { return rt().alltoall_async(name, sendbuf, rows, row_elems, splits, dtype); });
 }
 
 int hvd_reducescatter_async(const char* name, const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems,
                             hvd_dtype_t dtype, hvd_op_t op, hvd_handle_t* handle) {
-  return submit(handle, [&] { return rt().reducescatter_async(name, sendbuf, recvbuf, rows, row_elems, dtype, op); });
+  return submit("hvd_reducescatter_async", handle,
+                [&] { return rt().reducescatter_async(name, sendbuf, recvbuf, rows, row_elems, dtype, op); });
 }
 
 int hvd_poll(hvd_handle_t handle) {
+  if (refused_in_fork("hvd_poll")) return -1;
   try {
     return rt().poll(handle);
   } catch (...) {
@@ -164,23 +200,28 @@ int hvd_poll(hvd_handle_t handle) {
 }
 
 int hvd_wait(hvd_handle_t handle) {
+  if (int rc = refused_in_fork("hvd_wait")) return rc;
   return guarded([&] { return rt().wait(handle); });
 }
 
 int hvd_join(int* last_joined_rank) {
+  if (int rc = refused_in_fork("hvd_join")) return rc;
   return guarded([&] { return rt().join(last_joined_rank); });
 }
 
 int hvd_result_rows(hvd_handle_t handle, size_t* rows_per_rank) {
+  if (int rc = refused_in_fork("hvd_result_rows")) return rc;
   return guarded([&] { return rt().result_rows(handle, rows_per_rank); });
 }
 
 int hvd_wait_result(hvd_handle_t handle, void* recvbuf) {
+  if (int rc = refused_in_fork("hvd_wait_result")) return rc;
   return guarded([&] { return rt().wait_result(handle, recvbuf); });
 }
 
 int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
                           hvd_dtype_t dtype, hvd_op_t op) {
+  if (int rc = refused_in_fork("hvd_grouped_allreduce")) return rc;
   return guarded([&]() -> hvdrun::Status {
     hvdrun::Runtime::BlockingName name(rt(), "grouped_allreduce");  // held until the wait is over
     hvdrun::Engine::CallerWaits waits;
@@ -193,9 +234,10 @@ int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvb
 
 int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype, void** recvbuf,
                    size_t* rows_per_rank) {
+  if (int rc = refused_in_fork("hvd_allgatherv")) return rc;
   hvd_handle_t h = 0;
   hvdrun::Runtime::BlockingName name(rt(), "allgatherv");  // held until the output is taken
-  int rc = submit(&h, [&] {
+  int rc = submit("hvd_allgatherv", &h, [&] {
     hvdrun::Engine::CallerWaits waits;
     return rt().allgatherv_async(name.name().c_str(), sendbuf, nullptr, rows, row_elems, dtype, "hvd_allgatherv");
   });
@@ -205,9 +247,10 @@ int hvd_allgatherv(const void* sendbuf, size_t rows, size_t row_elems, hvd_dtype
 
 int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_t* splits, hvd_dtype_t dtype,
                  void** recvbuf, size_t* rows_per_rank) {
+  if (int rc = refused_in_fork("hvd_alltoall")) return rc;
   hvd_handle_t h = 0;
   hvdrun::Runtime::BlockingName name(rt(), "alltoall");  // held until the output is taken
-  int rc = submit(&h, [&] {
+  int rc = submit("hvd_alltoall", &h, [&] {
     hvdrun::Engine::CallerWaits waits;
     return rt().alltoall_async(name.name().c_str(), sendbuf, rows, row_elems, splits, dtype, "hvd_alltoall");
   });
@@ -217,6 +260,7 @@ int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_
 
 int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
                       hvd_op_t op) {
+  if (int rc = refused_in_fork("hvd_reducescatter")) return rc;
   return guarded([&]() -> hvdrun::Status {
     hvdrun::Runtime::BlockingName name(rt(), "reducescatter");  // held until the wait is over
     hvdrun::Engine::CallerWaits waits;

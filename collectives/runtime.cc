@@ -1,10 +1,13 @@
 #include "collectives/runtime.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
 
+#include "collectives/buffer_checks.h"
 #include "collectives/dtype.h"
 #include "collectives/hierarchy.h"
 
@@ -27,9 +30,27 @@ Error err(int code, std::string message) { return Error{std::move(message), code
 
 }  // namespace
 
+namespace {
+Runtime* g_runtime = nullptr;  // for the fork handlers
+}  // namespace
+
 Runtime& Runtime::instance() {
-  static Runtime* rt = new Runtime();  // never destroyed: safe from exit-time ordering
+  static Runtime* rt = [] {
+    g_runtime = new Runtime();  // never destroyed: safe from exit-time ordering
+    pthread_atfork(&Runtime::before_fork, &Runtime::after_fork_in_parent, &Runtime::after_fork_in_child);
+    return g_runtime;
+  }();
   return *rt;
+}
+
+// A query in a forked child (a DataLoader worker's hvd.rank()) takes the rank view's lock:
+// no other thread of the parent may hold the child's copy of it.
+void Runtime::before_fork() { g_runtime->view_mu_.lock(); }
+void Runtime::after_fork_in_parent() { g_runtime->view_mu_.unlock(); }
+void Runtime::after_fork_in_child() {
+  g_runtime->view_mu_.unlock();
+  if (g_runtime->owner_pid_.load() != 0) g_runtime->forked_ = true;
+  if (g_runtime->timeline_) g_runtime->timeline_->drop_buffered_in_child();
 }
 
 Result<RankView> rank_view_from_env(const std::function<std::optional<std::string>(const char*)>& get) {
@@ -66,6 +87,7 @@ Status Runtime::init() {
     }
     if (auto s = connect_ring(); !s) return s;
     if (auto s = start_engine(); !s) return s;
+    owner_pid_ = getpid();
     initialized_ = true;
     return {};
   }
@@ -129,6 +151,7 @@ Status Runtime::init() {
     client_.reset();
     return s;
   }
+  owner_pid_ = getpid();
   initialized_ = true;
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);
@@ -366,6 +389,7 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
     r.spec.counts.push_back(counts[i]);
     r.tensors.push_back({sends[i], recvs[i]});
   }
+  if (auto s = check_allreduce_buffers(what, n, sends, recvs, counts, dtype); !s) return s.error();
   r.spec.device = any_device;
   return submit(what, std::move(r));
 }
@@ -379,6 +403,7 @@ Result<hvd_handle_t> Runtime::broadcast_async(const char* name, void* buf, size_
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": root " + std::to_string(root) +
                                              " is not a rank of this job (size " + std::to_string(size) + ")");
   if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  if (auto s = check_broadcast_buffer(what, buf, count, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kBroadcast;
@@ -399,6 +424,8 @@ Result<hvd_handle_t> Runtime::allgatherv_async(const char* name, const void* sen
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
   if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  const RankView v = view();
+  if (auto s = check_allgather_buffers(what, send, recv, rows, row_elems, dtype, v.rank, v.size); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllgatherv;
@@ -432,13 +459,9 @@ Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send,
                                                " ranks (pass splits)");
     r.spec.splits.assign(size, rows / size);
   } else {
-    size_t sum = 0;
-    for (int i = 0; i < size; ++i) sum += splits[i];
-    if (sum != rows)
-      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": splits add up to " + std::to_string(sum) +
-                                               " rows, but rows is " + std::to_string(rows));
     r.spec.splits.assign(splits, splits + size);
   }
+  if (auto s = check_alltoall_buffers(what, send, rows, row_elems, splits, dtype, size); !s) return s.error();
   if (rows && row_elems) {
     if (!send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
     auto dev = on_device(what, send, send);
@@ -458,6 +481,7 @@ Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* 
   size_t mine = rows / size + (static_cast<size_t>(rank) < rows % size ? 1 : 0);
   if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null sendbuf");
   if (mine && row_elems && !recv) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null recvbuf");
+  if (auto s = check_reducescatter_buffers(what, send, recv, rows, mine, row_elems, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kReducescatter;

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <sys/types.h>
+
 #include "common/result.h"
 #include "collectives/engine.h"
 #include "collectives/gpu.h"
@@ -95,9 +97,24 @@ class Runtime {
 
   std::mutex& mutex() { return mu_; }
 
+  // A process forked from the one that ran hvd_init inherits the runtime's memory and
+  // descriptors (its rings, its rendezvous session) but none of its threads: it must never
+  // act on them, or the parent's next collective fails. forked_child() is true there (set
+  // by a pthread_atfork handler); owner_pid() is the parent that ran hvd_init.
+  bool forked_child() const { return forked_.load(std::memory_order_relaxed); }
+  pid_t owner_pid() const { return owner_pid_.load(); }
+  // hvd_shutdown in a forked child: this process forgets the parent's runtime, and sends,
+  // closes and frees nothing of it (the objects stay as the fork left them).
+  void forget_in_child() { initialized_ = false; }
+
  private:
+  static void before_fork();
+  static void after_fork_in_parent();
+  static void after_fork_in_child();
+  std::atomic<bool> forked_{false};
+  std::atomic<pid_t> owner_pid_{0};
   std::mutex mu_;  // init, shutdown, and taking the engine
-  mutable std::mutex view_mu_;
+  mutable std::mutex view_mu_;  // also held across fork(), so that a child's copy is free
   std::mutex client_mu_;  // the rendezvous client (engine thread and hvd_init)
   std::atomic<bool> initialized_{false};
   RankView view_;

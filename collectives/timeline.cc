@@ -1,6 +1,7 @@
 #include "collectives/timeline.h"
 
 #include <fcntl.h>
+#include <stdio_ext.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,6 +81,8 @@ void Timeline::write(const std::string& text) {
   std::fprintf(stderr, "hvdrun: rank %d: cannot write the timeline file %s: %s; its timeline stops here\n", rank_,
                path_.c_str(), std::strerror(errno));
 }
+
+void Timeline::drop_buffered_in_child() { __fpurge(f_); }
 
 void Timeline::line(const std::string& json) { write(json + ",\n"); }
 

@@ -32,6 +32,9 @@ class Timeline {
   // Ends the tensor's current phase.
   void done(const std::string& tensor);
   void instant(const std::string& what);  // a global mark (CYCLE_START)
+  // In a forked child: drops what the fork copied of a line being written (the parent writes
+  // it), so that the child's exit does not write it a second time.
+  void drop_buffered_in_child();
   bool mark_cycles() const { return mark_cycles_; }
   const std::string& path() const { return path_; }
 

@@ -21,7 +21,7 @@ extern "C" {
 
 #define HVD_SUCCESS 0
 #define HVD_ERR_NOT_INITIALIZED 1  /* call hvd_init() first */
-#define HVD_ERR_INVALID_ARGUMENT 2 /* a bad dtype, op, root, pointer, or average of integers */
+#define HVD_ERR_INVALID_ARGUMENT 2 /* a bad dtype, op, root, pointer, count, or average of integers */
 #define HVD_ERR_RENDEZVOUS 3       /* cannot reach or use hvdrun's rendezvous */
 #define HVD_ERR_AUTH 4             /* authentication failed (wrong job secret) */
 #define HVD_ERR_TIMEOUT 5          /* a peer or the rendezvous did not answer in time */
@@ -53,6 +53,15 @@ HVD_API int hvd_init(void);
 HVD_API int hvd_shutdown(void);
 HVD_API int hvd_initialized(void); /* 1 or 0 */
 
+/* fork(): a child of the process that called hvd_init (a DataLoader worker, a
+ * multiprocessing child) inherits the rank but not the runtime's threads, and the job's
+ * connections stay the parent's. There, as in Horovod, hvd_initialized() and the rank and
+ * size queries answer the parent's values; every collective, hvd_wait and the like return
+ * HVD_ERR_NOT_INITIALIZED (hvd_poll -1) naming the parent; hvd_init fails the same way (a
+ * forked child has no rank of its own); hvd_shutdown sends and closes nothing and only
+ * makes this process forget the runtime (hvd_initialized() 0 after it). The parent's job
+ * goes on unharmed. */
+
 /* -1 before hvd_init(). They never wait for a running collective. */
 HVD_API int hvd_rank(void);
 HVD_API int hvd_size(void);
@@ -65,6 +74,15 @@ HVD_API int hvd_barrier(void);
 
 /* Collectives: blocking (submit + wait on the engine below, so ranks must call them in the
  * same order); in place when sendbuf == recvbuf; count == 0 is allowed.
+ *
+ * Checked before anything is sent, by every call below (blocking or not), each failure
+ * HVD_ERR_INVALID_ARGUMENT with the value and the most that fits in hvd_last_error():
+ * every buffer's bytes (count x the dtype's size; rows x row_elems x the size) must end
+ * below the top of the address space, and so must size() times what this rank sends to
+ * every rank (the output of an allgather, what an alltoall may deliver); alltoall splits
+ * must add up to rows without wrapping. A recvbuf that overlaps its sendbuf other than at
+ * the same address (in place), or another tensor's buffers in a group, is refused; an
+ * allgather's sendbuf may also be this rank's block of recvbuf.
  *
  * Device memory (libhvdrun built with CUDA and NCCL): buffers in CUDA device or managed
  * memory go through NCCL, one communicator per process on the device of the local rank

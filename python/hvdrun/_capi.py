@@ -167,7 +167,8 @@ def error_for(rc: int, what: str) -> HorovodInternalError:
     detail = last_error() or "no detail"
     text = f"{what} failed: {detail} ({_ERR_NAMES.get(rc, 'error %d' % rc)})"
     if rc == ERR_NOT_INITIALIZED:
-        return NotInitializedError(text + "; call hvd.init() first")
+        # (a forked child of a rank is initialized but runs no collectives: no hint there)
+        return NotInitializedError(text if initialized() else text + "; call hvd.init() first")
     if rc == ERR_INVALID_ARGUMENT:
         return InvalidArgumentError(text)
     return HorovodInternalError(text)

@@ -159,3 +159,22 @@ TEST(CollectivesLaunchMismatch, MismatchedCountsAreAClearError) {
               std::string::npos)
         << o.err;
 }
+
+// Issue 30.6: a process forked after hvd_init inherits the runtime's memory and descriptors
+// but not its threads. Its collectives, hvd_init and hvd_shutdown must leave the parent's
+// rings and rendezvous session alone: each rank forks with an allreduce pending, the child
+// calls every collective (each refused, naming the fork) or hvd_shutdown, and the parents'
+// next allreduces are right and the job exits 0.
+class CollectivesLaunchFork : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CollectivesLaunchFork, AChildLeavesTheParentsJobAlone) {
+  for (const char* shm : {"auto", "0"}) {
+    auto o = run({kHvdrun, "-np", "2", kColl, "fork", GetParam()}, 120, {{"HVDRUN_SHM", shm}});
+    ASSERT_FALSE(o.timed_out) << "HVDRUN_SHM=" << shm;
+    EXPECT_EQ(o.exit_code, 0) << "HVDRUN_SHM=" << shm << "\n" << o.err;
+    for (int r = 0; r < 2; ++r)
+      EXPECT_NE(o.out.find("rank " + std::to_string(r) + " fork ok"), std::string::npos) << o.out << o.err;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(ChildCalls, CollectivesLaunchFork, ::testing::Values("collective", "shutdown"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });

@@ -33,6 +33,19 @@ TEST_P(EngineLaunch, AsyncNamesInAnyOrderEveryKindAndJoin) {
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, EngineLaunch, ::testing::Values(1, 2, 3, 4));
 
+TEST(EngineLaunchArguments, OverflowingCountsAndOverlappingBuffersAreRefused) {
+  // Issue 30.8: counts whose byte count wraps or passes the address space, splits whose
+  // sum wraps, partly overlapping buffers: every entry point, sync and async, refuses them
+  // at once naming the value (before: wrong results, "success", segfaults).
+  for (int n : {1, 2, 3}) {
+    auto o = run({kHvdrun, "-np", std::to_string(n), kEngine, "overflow"}, 120);
+    ASSERT_FALSE(o.timed_out);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    for (int r = 0; r < n; ++r)
+      EXPECT_NE(o.out.find("rank " + std::to_string(r) + " overflow ok"), std::string::npos) << o.out << o.err;
+  }
+}
+
 TEST(EngineLaunchLifecycle, InitAfterShutdownWorksInOneProcess) {
   // Issue 16.13: hvd_init after hvd_shutdown registers again with the rendezvous.
   auto o = run({kHvdrun, "-np", "3", kEngine, "reinit"}, 120);

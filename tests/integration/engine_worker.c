@@ -10,10 +10,16 @@
  *   engine_worker fewer [late]  rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
  *                               (late: the others submit "f2" 1 s later, after it left)
  *                            and exits 0; the others' "f2" fails and they exit 1
+ *   engine_worker overflow   every entry point with counts whose bytes wrap or pass the
+ *                            address space, splits whose sum wraps, and partly overlapping
+ *                            send/recv buffers: each refused (HVD_ERR_INVALID_ARGUMENT,
+ *                            naming the value); then in-place calls still work ("rank R
+ *                            overflow ok")
  *   engine_worker steps N    N steps of 20 async allreduces (for the timeline; with
  *                            ENGINE_WORKER_STEPPING=PREFIX, PREFIX<rank> appears after the first) */
 #include <hvdrun/hvdrun.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +211,91 @@ static int async_mode(void) {
   return 0;
 }
 
+/* A call that must be refused at once, its message naming `value`. */
+#define REFUSED(call, value)                                                                            \
+  do {                                                                                                  \
+    int rc_ = (call);                                                                                   \
+    if (rc_ != HVD_ERR_INVALID_ARGUMENT || !strstr(hvd_last_error(), value)) {                          \
+      fprintf(stderr, "rank %d: %s returned %d, not HVD_ERR_INVALID_ARGUMENT naming %s: %s\n", hvd_rank(), \
+              #call, rc_, value, hvd_last_error());                                                     \
+      return 3;                                                                                         \
+    }                                                                                                   \
+  } while (0)
+
+static int overflow_mode(void) {
+  int r = hvd_rank(), n = hvd_size();
+  enum { kN = 1 << 20 };
+  float* x = calloc(kN + 64, sizeof(float));
+  float* y = calloc((size_t)kN * (size_t)n + 64, sizeof(float));
+  if (!x || !y) return 3;
+  const size_t wrap = (size_t)1 << 62; /* float32: 2^64 bytes, wraps to 0 */
+  const size_t huge = (size_t)1 << 60; /* float32: 2^62 bytes, more than any address space */
+  const char* wrap_s = "4611686018427387904";
+  const char* huge_s = "1152921504606846976";
+  size_t rows[64], splits[64] = {0}, counts[3] = {8, wrap, 8};
+  const void* sends[3] = {x, x + 16, x + 32};
+  void* recvs[3] = {y, y + 16, y + 32};
+  void* out = NULL;
+  hvd_handle_t h = 0;
+  /* counts whose bytes wrap, or do not fit below the top of the address space */
+  REFUSED(hvd_allreduce(x, y, wrap, HVD_FLOAT32, HVD_OP_SUM), wrap_s);
+  REFUSED(hvd_allreduce(x, y, SIZE_MAX, HVD_INT8, HVD_OP_SUM), "18446744073709551615");
+  REFUSED(hvd_allreduce(x, x, huge, HVD_FLOAT32, HVD_OP_SUM), huge_s);
+  REFUSED(hvd_allreduce_async("ovf", x, y, wrap, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h), wrap_s);
+  REFUSED(hvd_broadcast(x, wrap, HVD_FLOAT32, 0), wrap_s);
+  REFUSED(hvd_broadcast(x, huge, HVD_INT64, 0), huge_s);
+  REFUSED(hvd_broadcast_async("ovf", x, wrap, HVD_FLOAT32, 0, &h), wrap_s);
+  REFUSED(hvd_allgather(x, y, wrap, HVD_FLOAT32), wrap_s);
+  REFUSED(hvd_allgather(x, y, huge, HVD_INT8), huge_s); /* recvbuf: size() x 2^60 bytes */
+  REFUSED(hvd_grouped_allreduce_async("ovf", 3, sends, recvs, counts, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h), wrap_s);
+  {
+    /* each fits, not all three together */
+    size_t third[3] = {(size_t)1 << 55, (size_t)1 << 55, (size_t)1 << 55};
+    REFUSED(hvd_grouped_allreduce(3, sends, recvs, third, HVD_INT8, HVD_OP_SUM), "add up");
+    /* sendbuf fits, not size() blocks of it in recvbuf */
+    if (n > 1) REFUSED(hvd_allgather(x, y, third[0], HVD_INT8), "36028797018963968");
+  }
+  REFUSED(hvd_grouped_allreduce(3, sends, recvs, counts, HVD_FLOAT32, HVD_OP_SUM), wrap_s);
+  REFUSED(hvd_allgatherv_async("ovf", x, wrap, 1, HVD_FLOAT32, &h), wrap_s);
+  REFUSED(hvd_allgatherv_async("ovf", x, 1, wrap, HVD_FLOAT32, &h), wrap_s);
+  REFUSED(hvd_allgatherv(x, huge, 1, HVD_FLOAT32, &out, rows), huge_s);
+  REFUSED(hvd_reducescatter_async("ovf", x, y, huge, 1, HVD_FLOAT32, HVD_OP_SUM, &h), huge_s);
+  REFUSED(hvd_reducescatter(x, y, 4, wrap, HVD_FLOAT32, HVD_OP_SUM), wrap_s);
+  splits[0] = huge; /* all of it to rank 0 */
+  REFUSED(hvd_alltoall_async("ovf", x, huge, 1, splits, HVD_FLOAT32, &h), huge_s);
+  /* splits whose sum wraps around to `rows` */
+  if (n > 1) {
+    splits[0] = splits[1] = (size_t)1 << 63;
+    REFUSED(hvd_alltoall_async("ovf", x, 0, 1, splits, HVD_FLOAT32, &h), "9223372036854775808");
+    REFUSED(hvd_alltoall(x, 0, 1, splits, HVD_FLOAT32, &out, rows), "9223372036854775808");
+  }
+  /* partly overlapping send and receive buffers (exactly equal is in place) */
+  REFUSED(hvd_allreduce(x, x + 1, kN, HVD_FLOAT32, HVD_OP_SUM), "overlap");
+  REFUSED(hvd_allreduce_async("ovl", x + 1, x, kN, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h), "overlap");
+  {
+    size_t c3[3] = {16, 16, 16};
+    void* shifted[3] = {x + 16, y + 16, y + 32}; /* tensor 0's result lands on tensor 1's input */
+    REFUSED(hvd_grouped_allreduce(3, sends, shifted, c3, HVD_FLOAT32, HVD_OP_SUM), "overlap");
+    void* crossed[3] = {y, y + 8, y + 32}; /* two results on one another */
+    REFUSED(hvd_grouped_allreduce_async("ovl", 3, sends, crossed, c3, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h), "overlap");
+  }
+  REFUSED(hvd_allgather(y + 1, y, kN, HVD_FLOAT32), "overlap");
+  REFUSED(hvd_reducescatter(x, x + 1, (size_t)n * 4, 1, HVD_FLOAT32, HVD_OP_SUM), "overlap");
+  /* nothing was submitted: in place and own-slot calls run and are right */
+  for (int i = 0; i < kN; ++i) x[i] = (float)(r + 1 + i % 3);
+  CHECK(hvd_allreduce(x, x, kN, HVD_FLOAT32, HVD_OP_SUM));
+  for (int i = 0; i < kN; ++i)
+    EXPECT(x[i] == (float)(n * (n + 1) / 2 + n * (i % 3)), "in-place allreduce element %d is %g", i, x[i]);
+  for (int i = 0; i < 8; ++i) y[(size_t)r * 8 + i] = (float)(10 * r + i);
+  CHECK(hvd_allgather(y + (size_t)r * 8, y, 8, HVD_FLOAT32));
+  for (int p = 0; p < n; ++p)
+    for (int i = 0; i < 8; ++i) EXPECT(y[p * 8 + i] == (float)(10 * p + i), "allgather in its own slot");
+  free(x);
+  free(y);
+  printf("rank %d overflow ok\n", r);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "reinit")) {
@@ -228,6 +319,8 @@ int main(int argc, char** argv) {
   int r = hvd_rank(), rc = 0;
   if (!strcmp(argv[1], "async")) {
     rc = async_mode();
+  } else if (!strcmp(argv[1], "overflow")) {
+    rc = overflow_mode();
   } else if (!strcmp(argv[1], "stall") || !strcmp(argv[1], "stallforever")) {
     float v = 1, s;
     hvd_handle_t h;

@@ -9,8 +9,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from hvdrun.torch.mpi_ops import (ProcessSet, _check_process_set, allgather, broadcast_, broadcast_async_,
-                                  global_process_set, rank, size, synchronize)
+from hvdrun.common.exceptions import InvalidArgumentError
+from hvdrun.torch.mpi_ops import (ProcessSet, _check_process_set, _dtype_of, _root, allgather, broadcast_,
+                                  broadcast_async_, global_process_set, rank, size, synchronize)
 
 try:  # cloudpickle (as Horovod) when present: it also takes lambdas and local classes
     import cloudpickle as _pickler  # type: ignore[import-not-found]
@@ -30,11 +31,23 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], List[Any]], root
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))
-    handles = []
+    # Every entry is checked before the first broadcast is submitted: a bad one late in the
+    # list must not leave the earlier ones running on every rank.
+    tensors: List[Tuple[Optional[str], torch.Tensor]] = []
     for name, p in items:
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"broadcast_parameters: {name or 'an entry'} is a {type(p).__name__}, not a tensor")
-        handles.append(broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p, root_rank, name))
+        t = p.data if isinstance(p, torch.nn.Parameter) else p
+        _dtype_of(t, f"broadcast_parameters: {name or 'an entry'}")
+        tensors.append((name, t))
+    named = [name for name, _ in tensors if name is not None]
+    twice = sorted({name for name in named if named.count(name) > 1})
+    if twice:
+        raise InvalidArgumentError(f"broadcast_parameters: the names {twice} appear more than once; expected "
+                                   "one tensor per name")
+    if tensors:
+        _root("broadcast_parameters", root_rank)
+    handles = [broadcast_async_(t, root_rank, name) for name, t in tensors]
     for h in handles:
         synchronize(h)
 

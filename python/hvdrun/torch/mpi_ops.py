@@ -8,14 +8,22 @@ Every operation is named (Horovod's "<op>.<name>", or "<op>.noname.<n>" when no 
 given: unnamed operations must then be submitted in the same order on every rank). The
 *_async calls return an int handle; poll(handle) says whether it finished and
 synchronize(handle) waits and returns the output.
+
+prescale_factor, postscale_factor and Average act as Horovod's: the result keeps the
+tensor's dtype; an integer tensor is scaled element by element in float64 and truncated
+toward zero (Horovod's ScaleBuffer), and averaged as its sum times postscale / size().
+Every argument is checked before anything is submitted, so a refused call leaves no rank
+waiting.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import operator
 import threading
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -120,6 +128,67 @@ def _dtype_of(t: Any, what: str) -> int:
     return d
 
 
+def _buffer_dtype(send: torch.Tensor, recv: torch.Tensor) -> int:
+    """The C dtype of the buffers handed to libhvdrun, from those very buffers: a buffer
+    whose dtype differs from the code passed would be read or written past its end."""
+    if send.dtype != recv.dtype:
+        raise HorovodInternalError(f"hvdrun.torch: send buffer {send.dtype} and receive buffer {recv.dtype} differ")
+    return _DTYPES[send.dtype]
+
+
+def _factor(what: str, which: str, value: Any) -> float:
+    """A prescale/postscale factor as a finite float (checked before anything is submitted):
+    a number, as Horovod's C++ double takes it, not a string."""
+    try:
+        f = math.nan if isinstance(value, (str, bytes)) else float(value)
+    except (TypeError, ValueError, RuntimeError):
+        f = math.nan
+    if not math.isfinite(f):
+        raise InvalidArgumentError(f"{what}: {which} {value!r}: expected a finite number")
+    return f
+
+
+def _root(what: str, root_rank: Any) -> int:
+    try:
+        root = operator.index(root_rank)
+    except TypeError:
+        root = -1
+    if not 0 <= root < size():
+        raise InvalidArgumentError(f"{what}: root_rank {root_rank!r} is not a rank of this job (0..{size() - 1})")
+    return root
+
+
+def _scale(t: torch.Tensor, factor: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """t * factor in t's own dtype, as Horovod's ScaleBuffer: a floating tensor in its
+    precision (float16 through float32), an integer one through float64, truncated toward
+    zero (copy_ casts as C does)."""
+    if out is None:
+        out = torch.empty_like(t, memory_format=torch.contiguous_format)
+    if t.is_floating_point():
+        return torch.mul(t, factor, out=out)
+    return out.copy_(t.double().mul_(factor))
+
+
+class _Scaling(NamedTuple):
+    send: torch.Tensor  # what goes to libhvdrun: the tensor, or its prescaled copy (same dtype)
+    op: int  # the op to submit
+    prescale: float  # the factors libhvdrun applies
+    postscale: float
+    after: float  # the factor applied here to the result (1.0: none)
+
+
+def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: bool) -> _Scaling:
+    """Horovod's prescale, postscale and Average (a sum times postscale / size()) for
+    `tensor`. libhvdrun applies them itself (native) to floating allreduces only; an integer
+    tensor, and every reducescatter, is scaled here, in its own dtype as Horovod does."""
+    if native and tensor.is_floating_point():
+        return _Scaling(tensor, op, pre, post, 1.0)
+    send = _scale(tensor, pre) if pre != 1.0 else tensor
+    if op == Average and not tensor.is_floating_point():
+        return _Scaling(send, Sum, 1.0, 1.0, post / size())
+    return _Scaling(send, op, 1.0, 1.0, post)
+
+
 # --- Handles -----------------------------------------------------------------------------------
 class _Pending:
     __slots__ = ("what", "c_handles", "keep", "finish")
@@ -195,16 +264,20 @@ def synchronize(handle: int) -> Any:
 def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
                      prescale_factor: float, postscale_factor: float) -> int:
     require_init()
-    d = _dtype_of(tensor, "allreduce")
+    _dtype_of(tensor, "allreduce")
+    sc = _scaling(tensor, op, _factor("allreduce", "prescale_factor", prescale_factor),
+                  _factor("allreduce", "postscale_factor", postscale_factor), native=True)
     full = _op_name("allreduce", name)
-    c = _capi.allreduce_async(full, tensor.data_ptr(), output.data_ptr(), tensor.numel(), d, op,
-                              float(prescale_factor), float(postscale_factor))
+    c = _capi.allreduce_async(full, sc.send.data_ptr(), output.data_ptr(), tensor.numel(),
+                              _buffer_dtype(sc.send, output), sc.op, sc.prescale, sc.postscale)
 
     def finish(p: _Pending) -> torch.Tensor:
         _wait_all(p)
+        if sc.after != 1.0:
+            _scale(output, sc.after, out=output)
         return output
 
-    return _register(_Pending(f"allreduce {full!r}", [c], (tensor, output), finish))
+    return _register(_Pending(f"allreduce {full!r}", [c], (tensor, sc.send, output), finish))
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -269,20 +342,28 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
     require_init()
     if len(tensors) == 0:
         raise InvalidArgumentError("grouped_allreduce: the list of tensors is empty")
-    dtypes = [_dtype_of(t, "grouped_allreduce") for t in tensors]
+    for t in tensors:
+        _dtype_of(t, "grouped_allreduce")
+    pre = _factor("grouped_allreduce", "prescale_factor", prescale_factor)
+    post = _factor("grouped_allreduce", "postscale_factor", postscale_factor)
+    # Everything is checked and prepared (prescaled integer copies included) before the
+    # first part is submitted.
+    scs = [_scaling(t, op, pre, post, native=True) for t in tensors]
     full = _op_name("grouped_allreduce", name)
     # libhvdrun groups tensors of one dtype on one kind of memory: a mixed list becomes one
     # group per (dtype, device), named after it, submitted in a fixed order on every rank.
     parts: Dict[Tuple[int, str], List[int]] = {}
-    for i, (t, d) in enumerate(zip(tensors, dtypes)):
-        parts.setdefault((d, str(t.device)), []).append(i)
+    for i, t in enumerate(tensors):
+        parts.setdefault((_DTYPES[t.dtype], str(t.device)), []).append(i)
     c_handles: List[int] = []
     try:
         for (d, dev), idx in sorted(parts.items()):
             part_name = full if len(parts) == 1 else f"{full}.{_capi.DTYPE_NAMES[d]}.{dev}"
+            sc = scs[idx[0]]
             c_handles.append(_capi.grouped_allreduce_async(
-                part_name, [tensors[i].data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
-                [tensors[i].numel() for i in idx], d, op, float(prescale_factor), float(postscale_factor)))
+                part_name, [scs[i].send.data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
+                [tensors[i].numel() for i in idx], _buffer_dtype(sc.send, outputs[idx[0]]), sc.op, sc.prescale,
+                sc.postscale))
     except HorovodInternalError:
         for c in c_handles:
             try:
@@ -294,9 +375,13 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
 
     def finish(p: _Pending) -> List[torch.Tensor]:
         _wait_all(p)
+        for out, sc in zip(outs, scs):
+            if sc.after != 1.0:
+                _scale(out, sc.after, out=out)
         return outs
 
-    return _register(_Pending(f"grouped allreduce {full!r}", c_handles, (tuple(tensors), tuple(outputs)), finish))
+    keep = (tuple(tensors), tuple(sc.send for sc in scs), tuple(outputs))
+    return _register(_Pending(f"grouped allreduce {full!r}", c_handles, keep, finish))
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -431,14 +516,12 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
 # --- broadcast ---------------------------------------------------------------------------------
 def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str]) -> int:
     require_init()
-    d = _dtype_of(tensor, "broadcast")
-    root = int(root_rank)
-    if not 0 <= root < size():
-        raise InvalidArgumentError(f"broadcast: root_rank {root_rank} is not a rank of this job (0..{size() - 1})")
+    _dtype_of(tensor, "broadcast")
+    root = _root("broadcast", root_rank)
     full = _op_name("broadcast", name)
     if output is not tensor:
         output.copy_(tensor)
-    c = _capi.broadcast_async(full, output.data_ptr(), output.numel(), d, root)
+    c = _capi.broadcast_async(full, output.data_ptr(), output.numel(), _buffer_dtype(tensor, output), root)
 
     def finish(p: _Pending) -> torch.Tensor:
         _wait_all(p)
@@ -557,35 +640,38 @@ def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[
     split among them, rank r getting rows/size() rows, one more when r < rows % size()."""
     require_init()
     _check_process_set(process_set)
-    d = _dtype_of(tensor, "reducescatter")
-    if op not in _OP_NAMES:
+    _dtype_of(tensor, "reducescatter")
+    if op not in (Sum, Average):  # as Horovod: "Reducescatter currently only supports AVERAGE and SUM"
         raise InvalidArgumentError(f"reducescatter: op {op!r}: expected hvd.Average or hvd.Sum")
     if tensor.dim() == 0:
         raise InvalidArgumentError("reducescatter: the tensor needs at least one dimension")
-    src = tensor * prescale_factor if prescale_factor != 1.0 else tensor
-    rows, row_elems = _rows(src)
+    sc = _scaling(tensor, op, _factor("reducescatter", "prescale_factor", prescale_factor),
+                  _factor("reducescatter", "postscale_factor", postscale_factor), native=False)
+    rows, row_elems = _rows(tensor)
     n, r = size(), rank()
     mine = rows // n + (1 if r < rows % n else 0)
     output = tensor.new_empty((mine,) + tuple(tensor.shape[1:]))
     full = _op_name("reducescatter", name)
-    c = _capi.reducescatter_async(full, src.data_ptr(), output.data_ptr(), rows, row_elems, d, int(op))
+    c = _capi.reducescatter_async(full, sc.send.data_ptr(), output.data_ptr(), rows, row_elems,
+                                  _buffer_dtype(sc.send, output), int(sc.op))
 
     def finish(p: _Pending) -> torch.Tensor:
         _wait_all(p)
-        if postscale_factor != 1.0:
-            output.mul_(postscale_factor)
+        if sc.after != 1.0:
+            _scale(output, sc.after, out=output)
         return output
 
-    return _register(_Pending(f"reducescatter {full!r}", [c], (tensor, src, output), finish))
+    return _register(_Pending(f"reducescatter {full!r}", [c], (tensor, sc.send, output), finish))
 
 
 class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
                 postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
-        ctx.op, ctx.scale = op, prescale_factor * postscale_factor
-        return synchronize(reducescatter_async(tensor, op, name, prescale_factor=prescale_factor,
-                                               postscale_factor=postscale_factor))
+        out = synchronize(reducescatter_async(tensor, op, name, prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor))
+        ctx.op, ctx.scale = op, float(prescale_factor) * float(postscale_factor)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]

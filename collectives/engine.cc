@@ -151,7 +151,7 @@ void put_spec(Writer& w, const Spec& s) {
   w.put<uint8_t>(static_cast<uint8_t>(s.kind));
   w.put<uint8_t>(s.dtype);
   w.put<uint8_t>(s.op);
-  w.put<uint8_t>(s.device ? 1 : 0);
+  w.put<uint8_t>(static_cast<uint8_t>((s.device ? 1 : 0) | (s.refused ? 2 : 0)));
   w.put<int32_t>(s.root);
   w.put<double>(s.prescale);
   w.put<double>(s.postscale);
@@ -166,7 +166,9 @@ Spec get_spec(Reader& r) {
   s.kind = static_cast<OpKind>(r.get<uint8_t>());
   s.dtype = r.get<uint8_t>();
   s.op = r.get<uint8_t>();
-  s.device = r.get<uint8_t>() != 0;
+  const uint8_t flags = r.get<uint8_t>();
+  s.device = flags & 1;
+  s.refused = flags & 2;
   s.root = r.get<int32_t>();
   s.prescale = r.get<double>();
   s.postscale = r.get<double>();
@@ -365,10 +367,18 @@ Result<hvd_handle_t> Engine::submit(Request r) {
       if (!fatal.empty() && opts_.on_fatal) opts_.on_fatal(fatal);
       return e;
     }
-    if (local_.count(r.spec.name))
-      return Error{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
-                       "': a request with this name is already pending (names must be unique among pending operations)",
-                   HVD_ERR_INVALID_ARGUMENT};
+    if (auto head = local_.find(r.spec.name); head != local_.end()) {
+      if (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second))
+        return refuse_duplicate(std::move(r));
+      // Only refusals are pending under the name: this request pairs after them.
+      op = std::make_shared<Op>();
+      op->handle = next_handle_++;
+      op->req = std::move(r);
+      op->submitted = now_s();
+      ops_[op->handle] = op;
+      behind_[op->req.spec.name].push_back(op);
+      return op->handle;
+    }
     op = std::make_shared<Op>();
     op->handle = next_handle_++;
     op->req = std::move(r);
@@ -388,6 +398,29 @@ Result<hvd_handle_t> Engine::submit(Request r) {
   // waits for or polls starts at most park_idle late.
   if (!t_caller_waits) wake(/*unpark=*/false);
   return op->handle;
+}
+
+bool Engine::submitted_pending(const std::string& name, const Op& head) const {
+  if (!head.req.spec.refused) return true;
+  auto b = behind_.find(name);
+  if (b == behind_.end()) return false;
+  return std::any_of(b->second.begin(), b->second.end(), [](auto& op) { return !op->req.spec.refused; });
+}
+
+Error Engine::refuse_duplicate(Request r) {
+  Error e{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
+              "': a request with this name is already pending (names must be unique among pending operations; "
+              "the request each other rank pairs with this one fails too)",
+          HVD_ERR_INVALID_ARGUMENT};
+  if (r.spec.kind == OpKind::kJoin) return e;
+  // The refusal takes the place of this submission: the k-th submission of a name pairs
+  // with the k-th everywhere, so the other ranks learn of it as this rank's announcement.
+  auto op = std::make_shared<Op>();
+  op->req.spec = std::move(r.spec);
+  op->req.spec.refused = true;
+  op->submitted = now_s();
+  behind_[op->req.spec.name].push_back(std::move(op));
+  return e;
 }
 
 Result<hvd_handle_t> Engine::join() {
@@ -668,7 +701,7 @@ void Engine::build_message(std::string* out) {
       continue;
     }
     auto it = cache_.find(s.name);
-    if (it != cache_.end() && it->second.spec.same_as(s)) {
+    if (it != cache_.end() && !s.refused && it->second.spec.same_as(s)) {
       op->state = Op::kCached;
       op->cache_id = it->second.id;
     } else {
@@ -749,7 +782,8 @@ void Engine::build_message(std::string* out) {
 
 size_t Engine::place_eager(const Spec& sp, size_t* end) const {
   const size_t limit = opts_.eager_bytes;
-  if (sp.kind != OpKind::kAllreduce || sp.device || opts_.size < 2 || limit == 0) return EagerLayout::kNotEager;
+  if (sp.kind != OpKind::kAllreduce || sp.device || sp.refused || opts_.size < 2 || limit == 0)
+    return EagerLayout::kNotEager;
   // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
   // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
   const size_t others = static_cast<size_t>(opts_.size - 1);
@@ -853,7 +887,7 @@ std::string Engine::oldest_pending_name() {
   std::lock_guard<std::mutex> lk(mu_);
   const Op* oldest = nullptr;
   for (auto& [name, op] : local_)
-    if (op->req.spec.kind != OpKind::kJoin && (!oldest || op->submitted < oldest->submitted)) oldest = op.get();
+    if (op->req.spec.kind != OpKind::kJoin && !op->req.spec.refused && (!oldest || op->submitted < oldest->submitted)) oldest = op.get();
   return oldest ? oldest->req.spec.name : "";
 }
 
@@ -1057,8 +1091,17 @@ Status Engine::process(const std::vector<std::string>& raw) {
     for (auto* s : specs)
       if (s && !base) base = s;
     resp.spec = *base;
-    std::string mismatch = describe_mismatch(name, specs);
-    if (!mismatch.empty()) {
+    std::string refusers;
+    for (int r = 0; r < n; ++r)
+      if (specs[r] && specs[r]->refused) refusers += (refusers.empty() ? "" : ",") + std::to_string(r);
+    std::string mismatch = refusers.empty() ? describe_mismatch(name, specs) : "";
+    if (!refusers.empty()) {
+      resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name + "': refused on rank" +
+                              (refusers.find(',') == std::string::npos ? " " : "s ") + refusers +
+                              ", where it was submitted again while pending (names must be unique among pending "
+                              "operations; the k-th submission of a name pairs with the k-th on every rank)",
+                          HVD_ERR_INVALID_ARGUMENT};
+    } else if (!mismatch.empty()) {
       resp.status = Error{mismatch, HVD_ERR_MISMATCH};
     } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {
       std::string who;
@@ -1455,6 +1498,15 @@ void Engine::complete(const std::string& name, Status s) {
   if (it == local_.end()) return;
   auto op = it->second;
   local_.erase(it);
+  if (auto b = behind_.find(name); b != behind_.end()) {
+    // The name's next submission (or refusal) takes its place, announced in the next cycle.
+    auto next = std::move(b->second.front());
+    b->second.pop_front();
+    if (b->second.empty()) behind_.erase(b);
+    local_[name] = next;
+    queue_.push_back(std::move(next));
+    wake(/*unpark=*/false);  // (takes no lock of ours)
+  }
   ++completions_;
   if (!s) {
     Error e = s.error();
@@ -1483,7 +1535,13 @@ void Engine::fail_all(const Error& e) {
     op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
     op->done = true;
   }
+  for (auto& [name, later] : behind_)
+    for (auto& op : later) {
+      op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+      op->done = true;
+    }
   local_.clear();
+  behind_.clear();
   queue_.clear();
   done_cv_.notify_all();
 }

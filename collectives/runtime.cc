@@ -261,13 +261,25 @@ Status Runtime::start_engine() {
     if (auto s = ensure_gpu(); !s) return s.error();
     return gpu_.get();
   };
-  o.on_stall = [this](const std::string& report, bool fatal) {
+  o.on_stall = [this, check_s = o.stall_check_s](const std::string& report, bool fatal) {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (!client_) {
       std::fprintf(stderr, "hvdrun: stalled collectives:\n%s", report.c_str());
       return;
     }
-    (void)client_->set(fatal ? "hvdrun/stall/shutdown" : "hvdrun/stall/warning", report);
+    if (!fatal) {
+      // The time is this rank's (hvdrun -x may have set it for the workers alone): hvdrun
+      // prints the warning as it comes.
+      char head[256];
+      std::snprintf(head, sizeof head,
+                    "collectives stalled for more than %g s (HVDRUN_STALL_CHECK_TIME_SECONDS): some ranks submitted "
+                    "these names and others did not (different names, or different numbers of steps, deadlock the "
+                    "job):\n",
+                    check_s);
+      (void)client_->set("hvdrun/stall/warning", head + report);
+      return;
+    }
+    (void)client_->set("hvdrun/stall/shutdown", report);
     if (fatal) (void)client_->report_fatal("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS:\n" + report);
   };
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
@@ -526,23 +538,25 @@ Status Runtime::join(int* last_joined_rank) {
 }
 
 Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt) {
-  std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  auto it = rt_.blocking_busy_.find(std::string_view(kind));
-  if (it == rt_.blocking_busy_.end()) it = rt_.blocking_busy_.emplace(kind, BlockingSlots{}).first;
-  slots_ = &it->second;
-  auto& busy = slots_->busy;
-  slot_ = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
-  if (slot_ == busy.size()) {
-    busy.push_back(false);
-    slots_->names.push_back(std::string("hvdrun.") + kind + "." + std::to_string(slot_));
+  std::unique_lock<std::mutex> lk(rt_.blocking_mu_);
+  auto it = rt_.blocking_turns_.find(std::string_view(kind));
+  if (it == rt_.blocking_turns_.end()) {
+    it = rt_.blocking_turns_.try_emplace(kind).first;
+    it->second.name = std::string("hvdrun.") + kind;
   }
-  busy[slot_] = true;
-  name_ = &slots_->names[slot_];
+  turns_ = &it->second;
+  const uint64_t ticket = turns_->next++;
+  if (ticket != turns_->serving) {
+    ++turns_->waiting;
+    turns_->cv.wait(lk, [&] { return turns_->serving == ticket; });
+    --turns_->waiting;
+  }
 }
 
 Runtime::BlockingName::~BlockingName() {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  slots_->busy[slot_] = false;
+  ++turns_->serving;
+  if (turns_->waiting) turns_->cv.notify_all();
 }
 
 namespace {

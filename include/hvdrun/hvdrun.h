@@ -64,7 +64,13 @@ HVD_API int hvd_cross_size(void);
 HVD_API int hvd_barrier(void);
 
 /* Collectives: blocking (submit + wait on the engine below, so ranks must call them in the
- * same order); in place when sendbuf == recvbuf; count == 0 is allowed.
+ * same order); in place when sendbuf == recvbuf; count == 0 is allowed. They are unnamed:
+ * the k-th blocking call of a kind (allreduce, broadcast, allgather, barrier, and each of
+ * the blocking wrappers below) in a process pairs with the k-th of that kind on every other
+ * rank. Calls of one kind from several threads therefore run one at a time, in the order
+ * they reach libhvdrun (first come, first served; calls of different kinds do not wait for
+ * each other), and pair in that order: threads whose calls must pair with their own
+ * counterparts, whatever the threads' timing, use the named async calls.
  *
  * Device memory (libhvdrun built with CUDA and NCCL): buffers in CUDA device or managed
  * memory go through NCCL, one communicator per process on the device of the local rank
@@ -83,14 +89,17 @@ HVD_API int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, 
 /* ---- Asynchronous named collectives (the engine) ----
  *
  * One background thread per process runs every collective, the blocking calls above
- * included (they are submit + wait, named by the order of the calls). A named request
+ * included (they are submit + wait, paired by the order of the calls). A named request
  * matches the request of the same name on every other rank, whatever the order in which
  * ranks submit them; an operation runs when every rank that has not joined submitted it,
  * in the same order on every rank. Each rank's request is checked against the others'
  * (operation, dtype, counts or shapes, reduction op, root, scales, host/device memory): a
  * mismatch fails the operation on every rank with HVD_ERR_MISMATCH and a message naming
  * the tensor, the ranks and their values. A name already pending on this rank is
- * HVD_ERR_INVALID_ARGUMENT at once. A peer that dies or calls hvd_shutdown fails every
+ * HVD_ERR_INVALID_ARGUMENT at once, and the same decision reaches every rank: the k-th
+ * submission of a name pairs with the k-th on every rank, so the request each other rank
+ * pairs with the refused one fails too (HVD_ERR_INVALID_ARGUMENT, naming the rank that
+ * refused it), whether or not it overlapped with an earlier one there. A peer that dies or calls hvd_shutdown fails every
  * pending handle on every rank (HVD_ERR_PEER); hvd_shutdown fails this rank's pending
  * handles. Buffers must stay valid and untouched until the handle finished.
  *

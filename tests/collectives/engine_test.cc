@@ -528,9 +528,16 @@ TEST(Engine, AMessageAnnouncingOneNameTwiceIsRefusedNotReadPastItsData) {
       << st.error().message;
 }
 
-TEST(Engine, DuplicatePendingNameIsInvalidArgumentAtOnce) {
+// Issue 30.5: a name submitted again while pending (two threads racing one name) must get
+// the same decision on every rank. Rank 0 sees the two submissions overlap and refuses the
+// second at once; rank 1 makes them one after the other. Its second pairs with rank 0's
+// refused one and fails too (it used to wait for a partner that never came). The name then
+// works again on both.
+TEST(Engine, ADuplicateRefusedOnOneRankFailsItsCounterpartOnEveryRank) {
   const int n = 2;
   Job job(n);
+  std::promise<void> both_submitted;
+  auto submitted = both_submitted.get_future().share();
   auto res = on_all(n, [&](int r) -> std::string {
     Engine& e = *job.engines[r];
     std::vector<float> in(4, 1.f), o(4), o2(4);
@@ -538,20 +545,33 @@ TEST(Engine, DuplicatePendingNameIsInvalidArgumentAtOnce) {
     if (r == 0) {
       auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
       auto h2 = e.submit(allreduce_req("dup", in.data(), o2.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+      both_submitted.set_value();
       if (h2 || h2.error().code != HVD_ERR_INVALID_ARGUMENT ||
           h2.error().message.find("'dup': a request with this name is already pending") == std::string::npos)
         out = "duplicate accepted or wrong error";
+      if (!h) return out + h.error().message;
       if (auto s = e.wait(*h); !s) out += s.error().message;
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
-      if (auto s = e.wait(*h); !s) out += s.error().message;
+      submitted.wait();
+      for (int k = 0; k < 2; ++k) {
+        auto h = e.submit(allreduce_req("dup", in.data(), k ? o2.data() : o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+        if (!h) return out + h.error().message;
+        Status s = e.wait(*h);
+        if (k == 0 && !s) out += s.error().message;
+        if (k == 1 && (s || s.error().code != HVD_ERR_INVALID_ARGUMENT ||
+                       s.error().message.find("allreduce 'dup': refused on rank 0, where it was submitted again "
+                                              "while pending") == std::string::npos))
+          out += "the second 'dup' did not fail as rank 0's refusal: " + (s ? std::string("ok") : s.error().message);
+      }
     }
     if (o[0] != 2.f) out += " result " + std::to_string(o[0]);
-    // Once finished, the name may be used again.
-    auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
-    if (!h) return out + h.error().message;
-    if (auto s = e.wait(*h); !s) out += s.error().message;
+    // The name used again pairs as the next submission on both ranks.
+    for (int k = 0; k < 3; ++k) {
+      auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+      if (!h) return out + h.error().message;
+      if (auto s = e.wait(*h); !s) out += s.error().message;
+      if (o[0] != 2.f) out += " reuse result " + std::to_string(o[0]);
+    }
     return out;
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;

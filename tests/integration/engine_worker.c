@@ -10,9 +10,12 @@
  *   engine_worker fewer [late]  rank 1 submits one allreduce fewer ("f2"), calls hvd_shutdown
  *                               (late: the others submit "f2" 1 s later, after it left)
  *                            and exits 0; the others' "f2" fails and they exit 1
+ *   engine_worker threads    4 threads of blocking allreduces, broadcasts and allgathers at
+ *                            once, every value checked ("rank R threads ok")
  *   engine_worker steps N    N steps of 20 async allreduces (for the timeline; with
  *                            ENGINE_WORKER_STEPPING=PREFIX, PREFIX<rank> appears after the first) */
 #include <hvdrun/hvdrun.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,6 +186,13 @@ static int async_mode(void) {
     if (r != 0 || n == 1) CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
     CHECK(hvd_wait(h1));
     EXPECT(b == (float)n, "dup allreduce gave %f, expected %d", b, n);
+    /* Every rank reaches rank 0's decision: the other ranks' second "dup" pairs with rank
+     * 0's refused one and fails too, naming rank 0. */
+    if (r != 0) {
+      CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h2));
+      EXPECT(hvd_wait(h2) == HVD_ERR_INVALID_ARGUMENT, "the second dup ran");
+      EXPECT(strstr(hvd_last_error(), "'dup': refused on rank 0") != NULL, "second dup: %s", hvd_last_error());
+    }
   }
   /* join with uneven data: rank r has r + 1 batches */
   for (int b = 0; b <= r; ++b) {
@@ -202,6 +212,50 @@ static int async_mode(void) {
     free(out[i]);
   }
   printf("rank %d engine ok\n", r);
+  return 0;
+}
+
+/* Blocking calls from several threads: each of a kind pairs with the call of the same
+ * order on the other ranks, whichever thread made it, so every thread sends the same
+ * values (any pairing has one right answer). */
+enum { kThreadCalls = 150, kThreadElems = 64 };
+static void* blocking_thread(void* arg) {
+  int r = hvd_rank(), n = hvd_size();
+  char* err = arg;
+  for (int k = 0; k < kThreadCalls && !err[0]; ++k) {
+    float v[kThreadElems], s[kThreadElems];
+    int rc;
+    if (k % 3 == 0) {
+      for (int i = 0; i < kThreadElems; ++i) v[i] = (float)(r + 1);
+      rc = hvd_allreduce(v, s, kThreadElems, HVD_FLOAT32, HVD_OP_SUM);
+      if (!rc && s[kThreadElems - 1] != (float)(n * (n + 1) / 2))
+        snprintf(err, 512, "allreduce %d gave %f, expected %d", k, s[kThreadElems - 1], n * (n + 1) / 2);
+    } else if (k % 3 == 1) {
+      for (int i = 0; i < kThreadElems; ++i) v[i] = r == 0 ? 42.f : -1.f;
+      rc = hvd_broadcast(v, kThreadElems, HVD_FLOAT32, 0);
+      if (!rc && v[kThreadElems - 1] != 42.f) snprintf(err, 512, "broadcast %d gave %f", k, v[kThreadElems - 1]);
+    } else {
+      int mine[2] = {r, r}, all[64];
+      rc = n <= 32 ? hvd_allgather(mine, all, 2, HVD_INT32) : 0;
+      for (int p = 0; !rc && p < n && p < 32; ++p)
+        if (all[2 * p] != p || all[2 * p + 1] != p) {
+          snprintf(err, 512, "allgather %d gave %d at rank %d's place", k, all[2 * p], p);
+          break;
+        }
+    }
+    if (rc) snprintf(err, 512, "call %d failed (%d): %s", k, rc, hvd_last_error());
+  }
+  return NULL;
+}
+
+static int threads_mode(void) {
+  enum { T = 4 };
+  pthread_t t[T];
+  static char err[T][512];
+  for (int i = 0; i < T; ++i) EXPECT(pthread_create(&t[i], NULL, blocking_thread, err[i]) == 0, "pthread_create");
+  for (int i = 0; i < T; ++i) pthread_join(t[i], NULL);
+  for (int i = 0; i < T; ++i) EXPECT(!err[i][0], "thread %d: %s", i, err[i]);
+  printf("rank %d threads ok\n", hvd_rank());
   return 0;
 }
 
@@ -228,6 +282,8 @@ int main(int argc, char** argv) {
   int r = hvd_rank(), rc = 0;
   if (!strcmp(argv[1], "async")) {
     rc = async_mode();
+  } else if (!strcmp(argv[1], "threads")) {
+    rc = threads_mode();
   } else if (!strcmp(argv[1], "stall") || !strcmp(argv[1], "stallforever")) {
     float v = 1, s;
     hvd_handle_t h;

@@ -158,6 +158,8 @@ void put_spec(Writer& w, const Spec& s) {
   w.u64s(s.counts);
   w.put<uint64_t>(s.row_elems);
   w.u64s(s.splits);
+  w.put<uint32_t>(static_cast<uint32_t>(s.dtypes.size()));
+  w.out.append(reinterpret_cast<const char*>(s.dtypes.data()), s.dtypes.size());
 }
 
 Spec get_spec(Reader& r) {
@@ -175,6 +177,8 @@ Spec get_spec(Reader& r) {
   s.counts = r.u64s();
   s.row_elems = r.get<uint64_t>();
   s.splits = r.u64s();
+  auto dtypes = r.view(r.get<uint32_t>());
+  s.dtypes.assign(dtypes.begin(), dtypes.end());
   return s;
 }
 
@@ -199,6 +203,12 @@ bool names_unique(const std::vector<Spec>& specs) {
   for (auto& s : specs) names.push_back(s.name);
   std::sort(names.begin(), names.end());
   return std::adjacent_find(names.begin(), names.end()) == names.end();
+}
+
+// A group of several dtypes names one per tensor.
+bool dtypes_per_tensor(const std::vector<Spec>& specs) {
+  return std::all_of(specs.begin(), specs.end(),
+                     [](const Spec& s) { return s.dtypes.empty() || s.dtypes.size() == s.counts.size(); });
 }
 
 bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
@@ -256,6 +266,16 @@ std::string fmt_double(double v) {
   return b;
 }
 
+// A spec's dtype for a mismatch report: "float32", or "float32,float64" for a group of
+// several; `vs_several`: "float32 (every tensor)" for a group of one, against such a group.
+std::string dtypes_label(const Spec& s, bool vs_several) {
+  if (s.dtypes.empty())
+    return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))) + (vs_several ? " (every tensor)" : "");
+  std::string out;
+  for (size_t k = 0; k < s.dtypes.size(); ++k) out += (k ? "," : "") + std::string(dtype_name(s.dtype_at(k)));
+  return out;
+}
+
 std::string join_u64(const std::vector<uint64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -278,7 +298,7 @@ struct CycleMessage {
 bool Spec::same_as(const Spec& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && op == o.op && root == o.root &&
          prescale == o.prescale && postscale == o.postscale && device == o.device && counts == o.counts &&
-         row_elems == o.row_elems && splits == o.splits;
+         row_elems == o.row_elems && splits == o.splits && dtypes == o.dtypes;
 }
 
 struct Engine::Op {
@@ -782,7 +802,7 @@ void Engine::build_message(std::string* out) {
 
 size_t Engine::place_eager(const Spec& sp, size_t* end) const {
   const size_t limit = opts_.eager_bytes;
-  if (sp.kind != OpKind::kAllreduce || sp.device || sp.refused || opts_.size < 2 || limit == 0)
+  if (sp.kind != OpKind::kAllreduce || sp.device || sp.refused || !sp.dtypes.empty() || opts_.size < 2 || limit == 0)
     return EagerLayout::kNotEager;
   // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
   // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
@@ -849,10 +869,11 @@ std::string Engine::describe_mismatch(const std::string& name, const std::vector
       base = s;
       break;
     }
+  const bool several = std::any_of(specs.begin(), specs.end(), [](const Spec* s) { return s && !s->dtypes.empty(); });
   std::vector<Field> fields = {
       {"operation", [](const Spec& s) { return std::string(op_kind_name(s.kind)); }},
       {"memory", [](const Spec& s) { return std::string(s.device ? "device" : "host"); }},
-      {"dtype", [](const Spec& s) { return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))); }},
+      {"dtype", [several](const Spec& s) { return dtypes_label(s, several); }},
       {"reduction op", [](const Spec& s) { return std::string(op_name(static_cast<hvd_op_t>(s.op))); }},
       {"root rank", [](const Spec& s) { return std::to_string(s.root); }},
       {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
@@ -910,7 +931,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     uint32_t eager_bytes = rd.get<uint32_t>();
     rd.align(8);
     m.eager = rd.view(eager_bytes);
-    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs))
+    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs) || !dtypes_per_tensor(m.specs))
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
   }
@@ -1240,7 +1261,7 @@ void Engine::execute(std::vector<Response>& responses) {
   // where its first member was: every rank reorders the same list the same way.
   {
     auto key = [](const Response& x) -> int {
-      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device) return -1;
+      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device || !x.spec.dtypes.empty()) return -1;
       int op = x.spec.op == HVD_OP_AVERAGE ? static_cast<int>(HVD_OP_SUM) : static_cast<int>(x.spec.op);
       return x.spec.dtype * 8 + op;
     };
@@ -1271,7 +1292,7 @@ void Engine::execute(std::vector<Response>& responses) {
       continue;
     }
     auto fusable = [&](const Response& x) {
-      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device;
+      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device && x.spec.dtypes.empty();
     };
     auto reduce_of = [](const Spec& s) { return s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op; };
     auto bytes_of = [](const Spec& s) {
@@ -1405,6 +1426,8 @@ Status Engine::run_one(Response& r) {
       }
       for (size_t k = 0; k < s.counts.size(); ++k) {
         const size_t count = s.counts[k];
+        const hvd_dtype_t dtype = s.dtype_at(k);  // (a group of several dtypes: each its own)
+        const size_t es = dtype_size(dtype);
         const void* send = op ? op->req.tensors[k].send : nullptr;
         void* recv = op ? op->req.tensors[k].recv : nullptr;
         if (gpu) {

@@ -50,6 +50,10 @@ struct Spec {
   std::vector<uint64_t> counts;  // elements per tensor; rows for the row-shaped kinds
   uint64_t row_elems = 0;
   std::vector<uint64_t> splits;  // alltoall: rows to each rank
+  // A grouped allreduce of several dtypes: each tensor's (empty: every tensor is `dtype`).
+  // Such a group is neither eager nor fused: each tensor runs on the ring in its dtype.
+  std::vector<uint8_t> dtypes;
+  hvd_dtype_t dtype_at(size_t k) const { return static_cast<hvd_dtype_t>(dtypes.empty() ? dtype : dtypes[k]); }
   // Stands for a submission that its rank refused (the name was pending there): whatever
   // the other ranks pair with it fails too (Engine::submit).
   bool refused = false;

@@ -343,17 +343,21 @@ Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) 
 
 Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
                                               const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
-                                              double postscale, const char* what) {
+                                              double postscale, const char* what, const hvd_dtype_t* dtypes) {
   if (auto s = check_name(what, name); !s) return s.error();
-  if (auto s = check_dtype(what, dtype); !s) return s.error();
-  if (auto s = check_op(what, dtype, op); !s) return s.error();
   if (n < 1 || !sends || !recvs || !counts)
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": needs at least one tensor (n = " + std::to_string(n) + ")");
+  if (dtypes) dtype = dtypes[0];
+  for (int i = 0; i < (dtypes ? n : 1); ++i) {
+    const hvd_dtype_t t = dtypes ? dtypes[i] : dtype;
+    if (auto s = check_dtype(what, t); !s) return s.error();
+    if (auto s = check_op(what, t, op); !s) return s.error();
+    if ((prescale != 1 || postscale != 1) && !dtype_is_float(t))
+      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
+                                               dtype_name(t));
+  }
   if (!std::isfinite(prescale) || !std::isfinite(postscale))
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale and postscale must be finite");
-  if ((prescale != 1 || postscale != 1) && !dtype_is_float(dtype))
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
-                                             dtype_name(dtype));
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllreduce;
@@ -377,6 +381,9 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
     r.tensors.push_back({sends[i], recvs[i]});
   }
   r.spec.device = any_device;
+  // Several dtypes: each tensor's (one dtype throughout is the plain group it equals).
+  if (dtypes && std::any_of(dtypes, dtypes + n, [&](hvd_dtype_t t) { return t != dtype; }))
+    r.spec.dtypes.assign(dtypes, dtypes + n);
   return submit(what, std::move(r));
 }
 

@@ -41,7 +41,8 @@ class Runtime {
   // Named, asynchronous. Arguments are checked here; the engine checks them across ranks.
   Result<hvd_handle_t> allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
                                        const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
-                                       double postscale, const char* what = "hvd_allreduce_async");
+                                       double postscale, const char* what = "hvd_allreduce_async",
+                                       const hvd_dtype_t* dtypes = nullptr);  // per tensor (dtype ignored)
   Result<hvd_handle_t> broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root,
                                        const char* what = "hvd_broadcast_async");
   // recv may be null (the handle keeps the output) or hold every rank's rows.

@@ -138,6 +138,15 @@ HVD_API int hvd_join(int* last_joined_rank);
 HVD_API int hvd_grouped_allreduce_async(const char* name, int n, const void* const* sendbufs,
                                         void* const* recvbufs, const size_t* counts, hvd_dtype_t dtype,
                                         hvd_op_t op, double prescale, double postscale, hvd_handle_t* handle);
+/* The same with each tensor's dtype (dtypes[n]; the reduction op and scales must suit every
+ * one). Every rank's list must match tensor by tensor: a mismatch fails the whole group on
+ * every rank at once (HVD_ERR_MISMATCH) naming the ranks and their dtypes. A group of
+ * several dtypes is neither fused with other tensors nor sent with the negotiation: each
+ * tensor is reduced on its own. */
+HVD_API int hvd_grouped_allreduce_dtypes_async(const char* name, int n, const void* const* sendbufs,
+                                               void* const* recvbufs, const size_t* counts,
+                                               const hvd_dtype_t* dtypes, hvd_op_t op, double prescale,
+                                               double postscale, hvd_handle_t* handle);
 
 /* Allgather with a per-rank first dimension: this rank sends `rows` rows of `row_elems`
  * elements (row_elems equal on every rank, rows may differ; a mismatch of row_elems is

@@ -413,6 +413,66 @@ TEST(Engine, CachedNameChangedOnOneRankIsAMismatchEverywhere) {
   }
 }
 
+Request grouped_req(const std::string& name, const std::vector<hvd_dtype_t>& dtypes, std::vector<std::vector<char>>& in,
+                    std::vector<std::vector<char>>& out, size_t count, int rank) {
+  Request q;
+  q.spec.name = name;
+  q.spec.kind = OpKind::kAllreduce;
+  q.spec.dtype = dtypes[0];
+  q.spec.op = HVD_OP_SUM;
+  in.assign(dtypes.size(), {});
+  out.assign(dtypes.size(), {});
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    in[k].resize(count * dtype_size(dtypes[k]));
+    out[k].assign(count * dtype_size(dtypes[k]), 0);
+    for (size_t i = 0; i < count; ++i) store(in[k].data(), i, dtypes[k], rank + 1);
+    q.spec.counts.push_back(count);
+    q.tensors.push_back({in[k].data(), out[k].data()});
+    if (dtypes[k] != dtypes[0]) q.spec.dtypes.assign(dtypes.begin(), dtypes.end());
+  }
+  return q;
+}
+
+// Issue 30.5: a grouped allreduce whose tensors' dtypes differ between ranks fails the whole
+// group on every rank at once, naming the ranks and their dtypes (hvdrun.torch split a mixed
+// list into one operation per dtype, named after it, so the ranks' names differed: a hang).
+// A group of several dtypes that agree runs, each tensor in its own dtype.
+TEST(Engine, AGroupOfSeveralDtypesRunsAndADifferentMixFailsItEverywhere) {
+  const int n = 3;
+  Job job(n);
+  auto res = on_all(n, [&](int r) -> std::string {
+    Engine& e = *job.engines[r];
+    std::string out;
+    std::vector<std::vector<char>> in, o;
+    for (int step = 0; step < 3; ++step) {  // the second and third from the response cache
+      auto h = e.submit(grouped_req("mixed", {HVD_FLOAT32, HVD_FLOAT64, HVD_INT32}, in, o, 100, r));
+      if (!h) return h.error().message;
+      if (auto s = e.wait(*h); !s) return s.error().message;
+      for (size_t k = 0; k < 3; ++k)
+        for (size_t i = 0; i < 100; i += 33) {
+          hvd_dtype_t t = k == 0 ? HVD_FLOAT32 : k == 1 ? HVD_FLOAT64 : HVD_INT32;
+          if (load(o[k].data(), i, t) != 6.0) out += "tensor " + std::to_string(k) + " gave " + std::to_string(load(o[k].data(), i, t)) + "\n";
+        }
+    }
+    std::vector<hvd_dtype_t> mine = {HVD_FLOAT32, HVD_FLOAT32};
+    if (r == 1) mine = {HVD_FLOAT32, HVD_FLOAT64};
+    if (r == 2) mine = {HVD_FLOAT64, HVD_FLOAT32};
+    auto h = e.submit(grouped_req("g", mine, in, o, 10, r));
+    if (!h) return h.error().message;
+    auto s = e.wait(*h);
+    if (s || s.error().code != HVD_ERR_MISMATCH) return out + "no mismatch error";
+    out += s.error().message;
+    // The engine goes on.
+    auto h2 = e.submit(grouped_req("after", {HVD_FLOAT64, HVD_INT32}, in, o, 10, r));
+    if (auto s2 = e.wait(*h2); !s2 || load(o[1].data(), 9, HVD_INT32) != 6.0) out += " after: broken";
+    return out;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(res[r], "rank " + std::to_string(r) +
+                          ": allreduce 'g': mismatched dtype: float32 (every tensor) on rank 0; float32,float64 on "
+                          "rank 1; float64,float32 on rank 2");
+}
+
 struct MismatchCase {
   const char* what;
   std::function<void(Request&, int rank)> change;
@@ -480,6 +540,7 @@ struct RawMessage {
     put<uint64_t>(count);
     put<uint64_t>(1);
     put<uint32_t>(0);
+    put<uint32_t>(0);  // one dtype for every tensor
   }
 };
 

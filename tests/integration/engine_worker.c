@@ -163,6 +163,31 @@ static int async_mode(void) {
       EXPECT(y[i] == expect, "reducescatter element %zu: %f != %f", i, y[i], expect);
     }
   }
+  /* a grouped allreduce of several dtypes; then one whose mix differs on rank 1 (n > 1):
+   * HVD_ERR_MISMATCH on every rank, naming the dtypes */
+  {
+    float f[3] = {1, 2, 3}, fo[3];
+    double d[2] = {(double)r, 0.5}, dout[2];
+    const void* sends[2] = {f, d};
+    void* recvs[2] = {fo, dout};
+    size_t counts[2] = {3, 2};
+    hvd_dtype_t dts[2] = {HVD_FLOAT32, HVD_FLOAT64};
+    hvd_handle_t h;
+    CHECK(hvd_grouped_allreduce_dtypes_async("mixed.dtypes", 2, sends, recvs, counts, dts, HVD_OP_SUM, 1, 1, &h));
+    CHECK(hvd_wait(h));
+    EXPECT(fo[2] == 3.f * (float)n && dout[0] == (double)(n * (n - 1) / 2) && dout[1] == 0.5 * n,
+           "mixed dtypes gave %f %f %f", fo[2], dout[0], dout[1]);
+    if (n > 1) {
+      hvd_dtype_t other[2] = {HVD_FLOAT32, r == 1 ? HVD_FLOAT32 : HVD_FLOAT64};
+      double d3[3] = {0, 0, 0};
+      if (r == 1) sends[1] = recvs[1] = d3;
+      CHECK(hvd_grouped_allreduce_dtypes_async("mixed.mismatch", 2, sends, recvs, counts, other, HVD_OP_SUM, 1, 1, &h));
+      EXPECT(hvd_wait(h) == HVD_ERR_MISMATCH, "mixed dtypes differing on rank 1 ran");
+      EXPECT(strstr(hvd_last_error(), "'mixed.mismatch': mismatched dtype: float32,float64 on rank") != NULL &&
+                 strstr(hvd_last_error(), "float32 (every tensor) on rank 1") != NULL,
+             "mixed mismatch: %s", hvd_last_error());
+    }
+  }
   /* duplicate pending name: rank 0 resubmits "dup" while it is surely pending (the other
    * ranks submit it only after rank 0's "dup.checked" broadcast, which the engine runs while
    * "dup" waits); otherwise "dup" could finish between the two submissions, and a name is a

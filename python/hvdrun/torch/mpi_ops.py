@@ -271,18 +271,22 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
         raise InvalidArgumentError("grouped_allreduce: the list of tensors is empty")
     dtypes = [_dtype_of(t, "grouped_allreduce") for t in tensors]
     full = _op_name("grouped_allreduce", name)
-    # libhvdrun groups tensors of one dtype on one kind of memory: a mixed list becomes one
-    # group per (dtype, device), named after it, submitted in a fixed order on every rank.
-    parts: Dict[Tuple[int, str], List[int]] = {}
-    for i, (t, d) in enumerate(zip(tensors, dtypes)):
-        parts.setdefault((d, str(t.device)), []).append(i)
+    # One operation with each tensor's dtype, whatever the mix: the ranks' lists are compared
+    # tensor by tensor (a rank whose dtypes differ fails the group everywhere at once; a
+    # split by dtype named the parts after the local dtypes, so such a rank hung). libhvdrun
+    # groups tensors on one kind of memory: a list on several devices is one group per
+    # device, named after it.
+    parts: Dict[str, List[int]] = {}
+    for i, t in enumerate(tensors):
+        parts.setdefault(str(t.device), []).append(i)
     c_handles: List[int] = []
     try:
-        for (d, dev), idx in sorted(parts.items()):
-            part_name = full if len(parts) == 1 else f"{full}.{_capi.DTYPE_NAMES[d]}.{dev}"
-            c_handles.append(_capi.grouped_allreduce_async(
+        for dev, idx in sorted(parts.items()):
+            part_name = full if len(parts) == 1 else f"{full}.{dev}"
+            c_handles.append(_capi.grouped_allreduce_dtypes_async(
                 part_name, [tensors[i].data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
-                [tensors[i].numel() for i in idx], d, op, float(prescale_factor), float(postscale_factor)))
+                [tensors[i].numel() for i in idx], [dtypes[i] for i in idx], op, float(prescale_factor),
+                float(postscale_factor)))
     except HorovodInternalError:
         for c in c_handles:
             try:

@@ -1521,7 +1521,7 @@ void Engine::complete(const std::string& name, Status s) {
   if (it == local_.end()) return;
   auto op = it->second;
   local_.erase(it);
-  if (auto b = behind_.find(name); b != behind_.end()) {
+  if (auto b = behind_.empty() ? behind_.end() : behind_.find(name); b != behind_.end()) {
     // The name's next submission (or refusal) takes its place, announced in the next cycle.
     auto next = std::move(b->second.front());
     b->second.pop_front();

@@ -100,11 +100,13 @@ Status check_apart(const char* what, const std::vector<Buffers>& t) {
 }  // namespace
 
 Status check_allreduce_buffers(const char* what, int n, const void* const* sends, void* const* recvs,
-                               const size_t* counts, hvd_dtype_t dtype) {
-  const size_t es = dtype_size(dtype), top = address_space_top();
+                               const size_t* counts, hvd_dtype_t dtype, const hvd_dtype_t* dtypes) {
+  const size_t top = address_space_top();
   size_t total = 0;
   std::vector<Buffers> t;
   for (int i = 0; i < n; ++i) {
+    if (dtypes) dtype = dtypes[i];
+    const size_t es = dtype_size(dtype);
     Buffers b{indexed(n > 1 ? "sendbufs" : "sendbuf", n, i), indexed(n > 1 ? "recvbufs" : "recvbuf", n, i), sends[i], 0,
               recvs[i], 0};
     std::string count = n > 1 ? fmt::format("counts[{}]", i) : "count";

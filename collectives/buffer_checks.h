@@ -23,9 +23,10 @@ namespace hvdrun {
 // the pointer range). No buffer ends above it.
 uintptr_t address_space_top();
 
-// n tensors: counts[i] elements from sends[i] into recvs[i]; recvs[i] may be sends[i].
+// n tensors: counts[i] elements (of dtypes[i], or all of dtype) from sends[i] into recvs[i];
+// recvs[i] may be sends[i].
 Status check_allreduce_buffers(const char* what, int n, const void* const* sends, void* const* recvs,
-                               const size_t* counts, hvd_dtype_t dtype);
+                               const size_t* counts, hvd_dtype_t dtype, const hvd_dtype_t* dtypes = nullptr);
 Status check_broadcast_buffer(const char* what, const void* buf, size_t count, hvd_dtype_t dtype);
 // recv: size() x rows x row_elems elements, or null when the handle keeps the output. send
 // may be recv (in place) or this rank's block of it.

@@ -168,6 +168,17 @@ int hvd_grouped_allreduce_async(const char* name, int n, const void* const* send
   });
 }
 
+int hvd_grouped_allreduce_dtypes_async(const char* name, int n, const void* const* sendbufs, void* const* recvbufs,
+                                       const size_t* counts, const hvd_dtype_t* dtypes, hvd_op_t op, double prescale,
+                                       double postscale, hvd_handle_t* handle) {
+  return submit("hvd_grouped_allreduce_dtypes_async", handle, [&]() -> hvdrun::Result<hvd_handle_t> {
+    if (!dtypes)
+      return hvdrun::Error{"hvd_grouped_allreduce_dtypes_async: dtypes is null", HVD_ERR_INVALID_ARGUMENT};
+    return rt().allreduce_async(name, n, sendbufs, recvbufs, counts, HVD_FLOAT32, op, prescale, postscale,
+                                "hvd_grouped_allreduce_dtypes_async", dtypes);
+  });
+}
+
 int hvd_broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root, hvd_handle_t* handle) {
   return submit("hvd_broadcast_async", handle, [&] { return rt().broadcast_async(name, buf, count, dtype, root); });
 }

@@ -151,13 +151,15 @@ void put_spec(Writer& w, const Spec& s) {
   w.put<uint8_t>(static_cast<uint8_t>(s.kind));
   w.put<uint8_t>(s.dtype);
   w.put<uint8_t>(s.op);
-  w.put<uint8_t>(s.device ? 1 : 0);
+  w.put<uint8_t>(static_cast<uint8_t>((s.device ? 1 : 0) | (s.refused ? 2 : 0)));
   w.put<int32_t>(s.root);
   w.put<double>(s.prescale);
   w.put<double>(s.postscale);
   w.u64s(s.counts);
   w.put<uint64_t>(s.row_elems);
   w.u64s(s.splits);
+  w.put<uint32_t>(static_cast<uint32_t>(s.dtypes.size()));
+  w.out.append(reinterpret_cast<const char*>(s.dtypes.data()), s.dtypes.size());
 }
 
 Spec get_spec(Reader& r) {
@@ -166,13 +168,17 @@ Spec get_spec(Reader& r) {
   s.kind = static_cast<OpKind>(r.get<uint8_t>());
   s.dtype = r.get<uint8_t>();
   s.op = r.get<uint8_t>();
-  s.device = r.get<uint8_t>() != 0;
+  const uint8_t flags = r.get<uint8_t>();
+  s.device = flags & 1;
+  s.refused = flags & 2;
   s.root = r.get<int32_t>();
   s.prescale = r.get<double>();
   s.postscale = r.get<double>();
   s.counts = r.u64s();
   s.row_elems = r.get<uint64_t>();
   s.splits = r.u64s();
+  auto dtypes = r.view(r.get<uint32_t>());
+  s.dtypes.assign(dtypes.begin(), dtypes.end());
   return s;
 }
 
@@ -197,6 +203,12 @@ bool names_unique(const std::vector<Spec>& specs) {
   for (auto& s : specs) names.push_back(s.name);
   std::sort(names.begin(), names.end());
   return std::adjacent_find(names.begin(), names.end()) == names.end();
+}
+
+// A group of several dtypes names one per tensor.
+bool dtypes_per_tensor(const std::vector<Spec>& specs) {
+  return std::all_of(specs.begin(), specs.end(),
+                     [](const Spec& s) { return s.dtypes.empty() || s.dtypes.size() == s.counts.size(); });
 }
 
 bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
@@ -254,6 +266,16 @@ std::string fmt_double(double v) {
   return b;
 }
 
+// A spec's dtype for a mismatch report: "float32", or "float32,float64" for a group of
+// several; `vs_several`: "float32 (every tensor)" for a group of one, against such a group.
+std::string dtypes_label(const Spec& s, bool vs_several) {
+  if (s.dtypes.empty())
+    return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))) + (vs_several ? " (every tensor)" : "");
+  std::string out;
+  for (size_t k = 0; k < s.dtypes.size(); ++k) out += (k ? "," : "") + std::string(dtype_name(s.dtype_at(k)));
+  return out;
+}
+
 std::string join_u64(const std::vector<uint64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
@@ -276,7 +298,7 @@ struct CycleMessage {
 bool Spec::same_as(const Spec& o) const {
   return name == o.name && kind == o.kind && dtype == o.dtype && op == o.op && root == o.root &&
          prescale == o.prescale && postscale == o.postscale && device == o.device && counts == o.counts &&
-         row_elems == o.row_elems && splits == o.splits;
+         row_elems == o.row_elems && splits == o.splits && dtypes == o.dtypes;
 }
 
 struct Engine::Op {
@@ -365,10 +387,18 @@ Result<hvd_handle_t> Engine::submit(Request r) {
       if (!fatal.empty() && opts_.on_fatal) opts_.on_fatal(fatal);
       return e;
     }
-    if (local_.count(r.spec.name))
-      return Error{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
-                       "': a request with this name is already pending (names must be unique among pending operations)",
-                   HVD_ERR_INVALID_ARGUMENT};
+    if (auto head = local_.find(r.spec.name); head != local_.end()) {
+      if (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second))
+        return refuse_duplicate(std::move(r));
+      // Only refusals are pending under the name: this request pairs after them.
+      op = std::make_shared<Op>();
+      op->handle = next_handle_++;
+      op->req = std::move(r);
+      op->submitted = now_s();
+      ops_[op->handle] = op;
+      behind_[op->req.spec.name].push_back(op);
+      return op->handle;
+    }
     op = std::make_shared<Op>();
     op->handle = next_handle_++;
     op->req = std::move(r);
@@ -388,6 +418,29 @@ Result<hvd_handle_t> Engine::submit(Request r) {
   // waits for or polls starts at most park_idle late.
   if (!t_caller_waits) wake(/*unpark=*/false);
   return op->handle;
+}
+
+bool Engine::submitted_pending(const std::string& name, const Op& head) const {
+  if (!head.req.spec.refused) return true;
+  auto b = behind_.find(name);
+  if (b == behind_.end()) return false;
+  return std::any_of(b->second.begin(), b->second.end(), [](auto& op) { return !op->req.spec.refused; });
+}
+
+Error Engine::refuse_duplicate(Request r) {
+  Error e{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
+              "': a request with this name is already pending (names must be unique among pending operations; "
+              "the request each other rank pairs with this one fails too)",
+          HVD_ERR_INVALID_ARGUMENT};
+  if (r.spec.kind == OpKind::kJoin) return e;
+  // The refusal takes the place of this submission: the k-th submission of a name pairs
+  // with the k-th everywhere, so the other ranks learn of it as this rank's announcement.
+  auto op = std::make_shared<Op>();
+  op->req.spec = std::move(r.spec);
+  op->req.spec.refused = true;
+  op->submitted = now_s();
+  behind_[op->req.spec.name].push_back(std::move(op));
+  return e;
 }
 
 Result<hvd_handle_t> Engine::join() {
@@ -668,7 +721,7 @@ void Engine::build_message(std::string* out) {
       continue;
     }
     auto it = cache_.find(s.name);
-    if (it != cache_.end() && it->second.spec.same_as(s)) {
+    if (it != cache_.end() && !s.refused && it->second.spec.same_as(s)) {
       op->state = Op::kCached;
       op->cache_id = it->second.id;
     } else {
@@ -749,7 +802,8 @@ void Engine::build_message(std::string* out) {
 
 size_t Engine::place_eager(const Spec& sp, size_t* end) const {
   const size_t limit = opts_.eager_bytes;
-  if (sp.kind != OpKind::kAllreduce || sp.device || opts_.size < 2 || limit == 0) return EagerLayout::kNotEager;
+  if (sp.kind != OpKind::kAllreduce || sp.device || sp.refused || !sp.dtypes.empty() || opts_.size < 2 || limit == 0)
+    return EagerLayout::kNotEager;
   // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
   // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
   const size_t others = static_cast<size_t>(opts_.size - 1);
@@ -815,10 +869,11 @@ std::string Engine::describe_mismatch(const std::string& name, const std::vector
       base = s;
       break;
     }
+  const bool several = std::any_of(specs.begin(), specs.end(), [](const Spec* s) { return s && !s->dtypes.empty(); });
   std::vector<Field> fields = {
       {"operation", [](const Spec& s) { return std::string(op_kind_name(s.kind)); }},
       {"memory", [](const Spec& s) { return std::string(s.device ? "device" : "host"); }},
-      {"dtype", [](const Spec& s) { return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))); }},
+      {"dtype", [several](const Spec& s) { return dtypes_label(s, several); }},
       {"reduction op", [](const Spec& s) { return std::string(op_name(static_cast<hvd_op_t>(s.op))); }},
       {"root rank", [](const Spec& s) { return std::to_string(s.root); }},
       {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
@@ -853,7 +908,7 @@ std::string Engine::oldest_pending_name() {
   std::lock_guard<std::mutex> lk(mu_);
   const Op* oldest = nullptr;
   for (auto& [name, op] : local_)
-    if (op->req.spec.kind != OpKind::kJoin && (!oldest || op->submitted < oldest->submitted)) oldest = op.get();
+    if (op->req.spec.kind != OpKind::kJoin && !op->req.spec.refused && (!oldest || op->submitted < oldest->submitted)) oldest = op.get();
   return oldest ? oldest->req.spec.name : "";
 }
 
@@ -876,7 +931,7 @@ Status Engine::process(const std::vector<std::string>& raw) {
     uint32_t eager_bytes = rd.get<uint32_t>();
     rd.align(8);
     m.eager = rd.view(eager_bytes);
-    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs))
+    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs) || !dtypes_per_tensor(m.specs))
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
   }
@@ -1057,8 +1112,17 @@ Status Engine::process(const std::vector<std::string>& raw) {
     for (auto* s : specs)
       if (s && !base) base = s;
     resp.spec = *base;
-    std::string mismatch = describe_mismatch(name, specs);
-    if (!mismatch.empty()) {
+    std::string refusers;
+    for (int r = 0; r < n; ++r)
+      if (specs[r] && specs[r]->refused) refusers += (refusers.empty() ? "" : ",") + std::to_string(r);
+    std::string mismatch = refusers.empty() ? describe_mismatch(name, specs) : "";
+    if (!refusers.empty()) {
+      resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name + "': refused on rank" +
+                              (refusers.find(',') == std::string::npos ? " " : "s ") + refusers +
+                              ", where it was submitted again while pending (names must be unique among pending "
+                              "operations; the k-th submission of a name pairs with the k-th on every rank)",
+                          HVD_ERR_INVALID_ARGUMENT};
+    } else if (!mismatch.empty()) {
       resp.status = Error{mismatch, HVD_ERR_MISMATCH};
     } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {
       std::string who;
@@ -1197,7 +1261,7 @@ void Engine::execute(std::vector<Response>& responses) {
   // where its first member was: every rank reorders the same list the same way.
   {
     auto key = [](const Response& x) -> int {
-      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device) return -1;
+      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device || !x.spec.dtypes.empty()) return -1;
       int op = x.spec.op == HVD_OP_AVERAGE ? static_cast<int>(HVD_OP_SUM) : static_cast<int>(x.spec.op);
       return x.spec.dtype * 8 + op;
     };
@@ -1228,7 +1292,7 @@ void Engine::execute(std::vector<Response>& responses) {
       continue;
     }
     auto fusable = [&](const Response& x) {
-      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device;
+      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device && x.spec.dtypes.empty();
     };
     auto reduce_of = [](const Spec& s) { return s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op; };
     auto bytes_of = [](const Spec& s) {
@@ -1362,6 +1426,8 @@ Status Engine::run_one(Response& r) {
       }
       for (size_t k = 0; k < s.counts.size(); ++k) {
         const size_t count = s.counts[k];
+        const hvd_dtype_t dtype = s.dtype_at(k);  // (a group of several dtypes: each its own)
+        const size_t es = dtype_size(dtype);
         const void* send = op ? op->req.tensors[k].send : nullptr;
         void* recv = op ? op->req.tensors[k].recv : nullptr;
         if (gpu) {
@@ -1455,6 +1521,15 @@ void Engine::complete(const std::string& name, Status s) {
   if (it == local_.end()) return;
   auto op = it->second;
   local_.erase(it);
+  if (auto b = behind_.empty() ? behind_.end() : behind_.find(name); b != behind_.end()) {
+    // The name's next submission (or refusal) takes its place, announced in the next cycle.
+    auto next = std::move(b->second.front());
+    b->second.pop_front();
+    if (b->second.empty()) behind_.erase(b);
+    local_[name] = next;
+    queue_.push_back(std::move(next));
+    wake(/*unpark=*/false);  // (takes no lock of ours)
+  }
   ++completions_;
   if (!s) {
     Error e = s.error();
@@ -1483,7 +1558,13 @@ void Engine::fail_all(const Error& e) {
     op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
     op->done = true;
   }
+  for (auto& [name, later] : behind_)
+    for (auto& op : later) {
+      op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+      op->done = true;
+    }
   local_.clear();
+  behind_.clear();
   queue_.clear();
   done_cv_.notify_all();
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +50,13 @@ struct Spec {
   std::vector<uint64_t> counts;  // elements per tensor; rows for the row-shaped kinds
   uint64_t row_elems = 0;
   std::vector<uint64_t> splits;  // alltoall: rows to each rank
+  // A grouped allreduce of several dtypes: each tensor's (empty: every tensor is `dtype`).
+  // Such a group is neither eager nor fused: each tensor runs on the ring in its dtype.
+  std::vector<uint8_t> dtypes;
+  hvd_dtype_t dtype_at(size_t k) const { return static_cast<hvd_dtype_t>(dtypes.empty() ? dtype : dtypes[k]); }
+  // Stands for a submission that its rank refused (the name was pending there): whatever
+  // the other ranks pair with it fails too (Engine::submit).
+  bool refused = false;
   bool same_as(const Spec& o) const;  // every agreed field
 };
 
@@ -104,8 +112,13 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Checks the request locally (HVD_ERR_INVALID_ARGUMENT for a pending duplicate name)
-  // and queues it. Thread-safe.
+  // Checks the request locally and queues it. Thread-safe. The k-th submission of a name on
+  // a rank pairs with the k-th on every other rank, whatever the threads' timing. One
+  // submitted while the same name is pending on this rank is refused at once
+  // (HVD_ERR_INVALID_ARGUMENT), and the refusal takes its turn: the submission each other
+  // rank pairs with it fails with the same code, naming this rank. So every rank reaches
+  // the same decision, also when two threads race one name and only some ranks see them
+  // overlap.
   Result<hvd_handle_t> submit(Request r);
   // Held around a submit whose caller waits for it right away (the blocking calls): the
   // submit does not wake the background thread, because the caller will run the cycles.
@@ -140,6 +153,11 @@ class Engine {
   struct Response;
 
   std::shared_ptr<Op> find(hvd_handle_t h);
+  // (mu_) Whether a submitted request (not a refusal) is pending under the name whose
+  // pending head is `head`.
+  bool submitted_pending(const std::string& name, const Op& head) const;
+  // (mu_) The error for a submission of a pending name, whose refusal is queued behind it.
+  Error refuse_duplicate(Request r);
   Status wait_done(const std::shared_ptr<Op>& op);
   void release(hvd_handle_t h);
   void background();
@@ -201,6 +219,9 @@ class Engine {
   std::condition_variable done_cv_;
   std::unordered_map<hvd_handle_t, std::shared_ptr<Op>> ops_;
   std::unordered_map<std::string, std::shared_ptr<Op>> local_;  // pending, by name
+  // (mu_) Later submissions of a name pending in local_ (refusals and the requests after
+  // them), in order: the first takes the name's place when it completes.
+  std::unordered_map<std::string, std::deque<std::shared_ptr<Op>>> behind_;
   std::vector<std::shared_ptr<Op>> queue_;                      // submitted, not yet announced
   hvd_handle_t next_handle_ = 1;
   std::atomic<bool> broken_{false};  // written under mu_; drive() reads it without

@@ -284,13 +284,25 @@ Status Runtime::start_engine() {
     if (auto s = ensure_gpu(); !s) return s.error();
     return gpu_.get();
   };
-  o.on_stall = [this](const std::string& report, bool fatal) {
+  o.on_stall = [this, check_s = o.stall_check_s](const std::string& report, bool fatal) {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (!client_) {
       std::fprintf(stderr, "hvdrun: stalled collectives:\n%s", report.c_str());
       return;
     }
-    (void)client_->set(fatal ? "hvdrun/stall/shutdown" : "hvdrun/stall/warning", report);
+    if (!fatal) {
+      // The time is this rank's (hvdrun -x may have set it for the workers alone): hvdrun
+      // prints the warning as it comes.
+      char head[256];
+      std::snprintf(head, sizeof head,
+                    "collectives stalled for more than %g s (HVDRUN_STALL_CHECK_TIME_SECONDS): some ranks submitted "
+                    "these names and others did not (different names, or different numbers of steps, deadlock the "
+                    "job):\n",
+                    check_s);
+      (void)client_->set("hvdrun/stall/warning", head + report);
+      return;
+    }
+    (void)client_->set("hvdrun/stall/shutdown", report);
     if (fatal) (void)client_->report_fatal("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS:\n" + report);
   };
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
@@ -356,17 +368,21 @@ Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) 
 
 Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
                                               const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
-                                              double postscale, const char* what) {
+                                              double postscale, const char* what, const hvd_dtype_t* dtypes) {
   if (auto s = check_name(what, name); !s) return s.error();
-  if (auto s = check_dtype(what, dtype); !s) return s.error();
-  if (auto s = check_op(what, dtype, op); !s) return s.error();
   if (n < 1 || !sends || !recvs || !counts)
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": needs at least one tensor (n = " + std::to_string(n) + ")");
+  if (dtypes) dtype = dtypes[0];
+  for (int i = 0; i < (dtypes ? n : 1); ++i) {
+    const hvd_dtype_t t = dtypes ? dtypes[i] : dtype;
+    if (auto s = check_dtype(what, t); !s) return s.error();
+    if (auto s = check_op(what, t, op); !s) return s.error();
+    if ((prescale != 1 || postscale != 1) && !dtype_is_float(t))
+      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
+                                               dtype_name(t));
+  }
   if (!std::isfinite(prescale) || !std::isfinite(postscale))
     return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale and postscale must be finite");
-  if ((prescale != 1 || postscale != 1) && !dtype_is_float(dtype))
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
-                                             dtype_name(dtype));
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllreduce;
@@ -389,8 +405,11 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
     r.spec.counts.push_back(counts[i]);
     r.tensors.push_back({sends[i], recvs[i]});
   }
-  if (auto s = check_allreduce_buffers(what, n, sends, recvs, counts, dtype); !s) return s.error();
+  if (auto s = check_allreduce_buffers(what, n, sends, recvs, counts, dtype, dtypes); !s) return s.error();
   r.spec.device = any_device;
+  // Several dtypes: each tensor's (one dtype throughout is the plain group it equals).
+  if (dtypes && std::any_of(dtypes, dtypes + n, [&](hvd_dtype_t t) { return t != dtype; }))
+    r.spec.dtypes.assign(dtypes, dtypes + n);
   return submit(what, std::move(r));
 }
 
@@ -552,23 +571,25 @@ Status Runtime::join(int* last_joined_rank) {
 }
 
 Runtime::BlockingName::BlockingName(Runtime& rt, const char* kind) : rt_(rt) {
-  std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  auto it = rt_.blocking_busy_.find(std::string_view(kind));
-  if (it == rt_.blocking_busy_.end()) it = rt_.blocking_busy_.emplace(kind, BlockingSlots{}).first;
-  slots_ = &it->second;
-  auto& busy = slots_->busy;
-  slot_ = static_cast<size_t>(std::find(busy.begin(), busy.end(), false) - busy.begin());
-  if (slot_ == busy.size()) {
-    busy.push_back(false);
-    slots_->names.push_back(std::string("hvdrun.") + kind + "." + std::to_string(slot_));
+  std::unique_lock<std::mutex> lk(rt_.blocking_mu_);
+  auto it = rt_.blocking_turns_.find(std::string_view(kind));
+  if (it == rt_.blocking_turns_.end()) {
+    it = rt_.blocking_turns_.try_emplace(kind).first;
+    it->second.name = std::string("hvdrun.") + kind;
   }
-  busy[slot_] = true;
-  name_ = &slots_->names[slot_];
+  turns_ = &it->second;
+  const uint64_t ticket = turns_->next++;
+  if (ticket != turns_->serving) {
+    ++turns_->waiting;
+    turns_->cv.wait(lk, [&] { return turns_->serving == ticket; });
+    --turns_->waiting;
+  }
 }
 
 Runtime::BlockingName::~BlockingName() {
   std::lock_guard<std::mutex> lk(rt_.blocking_mu_);
-  slots_->busy[slot_] = false;
+  ++turns_->serving;
+  if (turns_->waiting) turns_->cv.notify_all();
 }
 
 namespace {

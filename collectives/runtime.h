@@ -3,8 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,7 +43,8 @@ class Runtime {
   // Named, asynchronous. Arguments are checked here; the engine checks them across ranks.
   Result<hvd_handle_t> allreduce_async(const char* name, int n, const void* const* sends, void* const* recvs,
                                        const size_t* counts, hvd_dtype_t dtype, hvd_op_t op, double prescale,
-                                       double postscale, const char* what = "hvd_allreduce_async");
+                                       double postscale, const char* what = "hvd_allreduce_async",
+                                       const hvd_dtype_t* dtypes = nullptr);  // per tensor (dtype ignored)
   Result<hvd_handle_t> broadcast_async(const char* name, void* buf, size_t count, hvd_dtype_t dtype, int root,
                                        const char* what = "hvd_broadcast_async");
   // recv may be null (the handle keeps the output) or hold every rank's rows.
@@ -63,15 +64,23 @@ class Runtime {
   Status wait_result(hvd_handle_t h, void* recv);
   Status join(int* last_joined_rank);
 
-  // A blocking call's name, held while the call runs: "hvdrun.<kind>.<slot>", the slot the
-  // lowest of its kind that no other blocking call in flight in this process holds (0 in a
-  // single-threaded program). Ranks make their blocking calls in the same order, so the
-  // names match; a program that repeats a call of one shape hits the engine's response
-  // cache from the second call on, and one whose shape differs between ranks is a mismatch
-  // naming both (not a stall).
-  struct BlockingSlots {
-    std::deque<std::string> names;  // (a deque: a slot added by another thread moves none)
-    std::vector<bool> busy;
+  // A blocking call's turn and name, held while the call runs (until its output is taken).
+  // Blocking calls are unnamed: the k-th blocking call of a kind (allreduce, broadcast, ...)
+  // in a process pairs with the k-th of that kind on every other rank, as Horovod's unnamed
+  // calls do. So a process runs the calls of one kind one at a time, in the order they
+  // arrive here (a ticket: first come, first served), whatever threads make them; a call
+  // waits for the earlier ones of its kind to finish. Calls of different kinds do not wait
+  // for each other. The name is "hvdrun.<kind>", the same for every call of a kind: a
+  // program that repeats a call of one shape hits the engine's response cache from the
+  // second call on, and one whose shape differs between ranks is a mismatch naming both
+  // (not a stall). Threads whose calls must pair with their own counterparts, whatever the
+  // threads' timing, name them (the async calls).
+  struct BlockingTurns {
+    std::string name;
+    std::condition_variable cv;
+    uint64_t next = 0;     // the next call's ticket
+    uint64_t serving = 0;  // the ticket whose call runs
+    int waiting = 0;       // calls waiting for their turn
   };
   class BlockingName {
    public:
@@ -79,13 +88,11 @@ class Runtime {
     ~BlockingName();
     BlockingName(const BlockingName&) = delete;
     BlockingName& operator=(const BlockingName&) = delete;
-    const std::string& name() const { return *name_; }
+    const std::string& name() const { return turns_->name; }
 
    private:
     Runtime& rt_;
-    BlockingSlots* slots_;  // its kind's (a map node: stays put)
-    const std::string* name_;
-    size_t slot_;
+    BlockingTurns* turns_;  // its kind's (a map node: stays put)
   };
   Status barrier();
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
@@ -128,8 +135,8 @@ class Runtime {
   std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
   int gpu_generation_ = 0;
   std::mutex blocking_mu_;
-  // By kind: the slots' names and which are held (never erased; a name is built once).
-  std::map<std::string, BlockingSlots, std::less<>> blocking_busy_;
+  // By kind (never erased): each kind's name and turns, guarded by blocking_mu_.
+  std::map<std::string, BlockingTurns, std::less<>> blocking_turns_;
   Status connect_ring();
   Status start_engine();
   Status ensure_gpu();

@@ -336,10 +336,8 @@ int run_job(const LaunchOptions& opts, char** envp) {
   };
   cb.on_stall = [with_hosts](int, const std::string& key, const std::string& report) {
     if (key != "hvdrun/stall/warning") return;  // the shutdown one comes as a fatal report
-    std::string seconds = tunable_string("HVDRUN_STALL_CHECK_TIME_SECONDS");
-    std::string msg = "hvdrun: warning: collectives stalled for more than " + seconds +
-                      " s (HVDRUN_STALL_CHECK_TIME_SECONDS): some ranks submitted these names and others did not "
-                      "(different names, or different numbers of steps, deadlock the job):\n" + with_hosts(report);
+    // The report says the workers' stall time (-x may set it for them alone).
+    std::string msg = "hvdrun: warning: " + with_hosts(report);
     std::fwrite(msg.data(), 1, msg.size(), stderr);
     std::fflush(stderr);
   };

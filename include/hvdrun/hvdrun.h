@@ -73,7 +73,13 @@ HVD_API int hvd_cross_size(void);
 HVD_API int hvd_barrier(void);
 
 /* Collectives: blocking (submit + wait on the engine below, so ranks must call them in the
- * same order); in place when sendbuf == recvbuf; count == 0 is allowed.
+ * same order); in place when sendbuf == recvbuf; count == 0 is allowed. They are unnamed:
+ * the k-th blocking call of a kind (allreduce, broadcast, allgather, barrier, and each of
+ * the blocking wrappers below) in a process pairs with the k-th of that kind on every other
+ * rank. Calls of one kind from several threads therefore run one at a time, in the order
+ * they reach libhvdrun (first come, first served; calls of different kinds do not wait for
+ * each other), and pair in that order: threads whose calls must pair with their own
+ * counterparts, whatever the threads' timing, use the named async calls.
  *
  * Checked before anything is sent, by every call below (blocking or not), each failure
  * HVD_ERR_INVALID_ARGUMENT with the value and the most that fits in hvd_last_error():
@@ -101,14 +107,17 @@ HVD_API int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, 
 /* ---- Asynchronous named collectives (the engine) ----
  *
  * One background thread per process runs every collective, the blocking calls above
- * included (they are submit + wait, named by the order of the calls). A named request
+ * included (they are submit + wait, paired by the order of the calls). A named request
  * matches the request of the same name on every other rank, whatever the order in which
  * ranks submit them; an operation runs when every rank that has not joined submitted it,
  * in the same order on every rank. Each rank's request is checked against the others'
  * (operation, dtype, counts or shapes, reduction op, root, scales, host/device memory): a
  * mismatch fails the operation on every rank with HVD_ERR_MISMATCH and a message naming
  * the tensor, the ranks and their values. A name already pending on this rank is
- * HVD_ERR_INVALID_ARGUMENT at once. A peer that dies or calls hvd_shutdown fails every
+ * HVD_ERR_INVALID_ARGUMENT at once, and the same decision reaches every rank: the k-th
+ * submission of a name pairs with the k-th on every rank, so the request each other rank
+ * pairs with the refused one fails too (HVD_ERR_INVALID_ARGUMENT, naming the rank that
+ * refused it), whether or not it overlapped with an earlier one there. A peer that dies or calls hvd_shutdown fails every
  * pending handle on every rank (HVD_ERR_PEER); hvd_shutdown fails this rank's pending
  * handles. Buffers must stay valid and untouched until the handle finished.
  *
@@ -147,6 +156,15 @@ HVD_API int hvd_join(int* last_joined_rank);
 HVD_API int hvd_grouped_allreduce_async(const char* name, int n, const void* const* sendbufs,
                                         void* const* recvbufs, const size_t* counts, hvd_dtype_t dtype,
                                         hvd_op_t op, double prescale, double postscale, hvd_handle_t* handle);
+/* The same with each tensor's dtype (dtypes[n]; the reduction op and scales must suit every
+ * one). Every rank's list must match tensor by tensor: a mismatch fails the whole group on
+ * every rank at once (HVD_ERR_MISMATCH) naming the ranks and their dtypes. A group of
+ * several dtypes is neither fused with other tensors nor sent with the negotiation: each
+ * tensor is reduced on its own. */
+HVD_API int hvd_grouped_allreduce_dtypes_async(const char* name, int n, const void* const* sendbufs,
+                                               void* const* recvbufs, const size_t* counts,
+                                               const hvd_dtype_t* dtypes, hvd_op_t op, double prescale,
+                                               double postscale, hvd_handle_t* handle);
 
 /* Allgather with a per-rank first dimension: this rank sends `rows` rows of `row_elems`
  * elements (row_elems equal on every rank, rows may differ; a mismatch of row_elems is

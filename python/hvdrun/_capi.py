@@ -83,6 +83,9 @@ _PROTOTYPES = {
     "hvd_grouped_allreduce_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, _c_voidp_p, _c_voidp_p,
                                                    _c_size_p, ctypes.c_int, ctypes.c_int, ctypes.c_double,
                                                    ctypes.c_double, _c_handle_p]),
+    "hvd_grouped_allreduce_dtypes_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, _c_voidp_p, _c_voidp_p,
+                                                          _c_size_p, _c_int_p, ctypes.c_int, ctypes.c_double,
+                                                          ctypes.c_double, _c_handle_p]),
     "hvd_allgatherv_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
                                             ctypes.c_int, _c_handle_p]),
     "hvd_alltoall_async": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
@@ -267,6 +270,21 @@ def grouped_allreduce_async(name: str, sends: Sequence[int], recvs: Sequence[int
     h = _c_handle(0)
     _check(_fn("hvd_grouped_allreduce_async")(_bname(name), n, s, r, c, dtype, op, prescale, postscale,
                                               ctypes.byref(h)), f"grouped allreduce {name!r}")
+    return h.value
+
+
+def grouped_allreduce_dtypes_async(name: str, sends: Sequence[int], recvs: Sequence[int], counts: Sequence[int],
+                                   dtypes: Sequence[int], op: int, prescale: float, postscale: float) -> int:
+    """A grouped allreduce with each tensor's dtype: one operation, checked tensor by tensor
+    against the other ranks' (a mismatch fails it on every rank at once)."""
+    n = len(sends)
+    s = (ctypes.c_void_p * n)(*sends)
+    r = (ctypes.c_void_p * n)(*recvs)
+    c = (ctypes.c_size_t * n)(*counts)
+    d = (ctypes.c_int * n)(*dtypes)
+    h = _c_handle(0)
+    _check(_fn("hvd_grouped_allreduce_dtypes_async")(_bname(name), n, s, r, c, d, op, prescale, postscale,
+                                                     ctypes.byref(h)), f"grouped allreduce {name!r}")
     return h.value
 
 

@@ -414,6 +414,66 @@ TEST(Engine, CachedNameChangedOnOneRankIsAMismatchEverywhere) {
   }
 }
 
+Request grouped_req(const std::string& name, const std::vector<hvd_dtype_t>& dtypes, std::vector<std::vector<char>>& in,
+                    std::vector<std::vector<char>>& out, size_t count, int rank) {
+  Request q;
+  q.spec.name = name;
+  q.spec.kind = OpKind::kAllreduce;
+  q.spec.dtype = dtypes[0];
+  q.spec.op = HVD_OP_SUM;
+  in.assign(dtypes.size(), {});
+  out.assign(dtypes.size(), {});
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    in[k].resize(count * dtype_size(dtypes[k]));
+    out[k].assign(count * dtype_size(dtypes[k]), 0);
+    for (size_t i = 0; i < count; ++i) store(in[k].data(), i, dtypes[k], rank + 1);
+    q.spec.counts.push_back(count);
+    q.tensors.push_back({in[k].data(), out[k].data()});
+    if (dtypes[k] != dtypes[0]) q.spec.dtypes.assign(dtypes.begin(), dtypes.end());
+  }
+  return q;
+}
+
+// Issue 30.5: a grouped allreduce whose tensors' dtypes differ between ranks fails the whole
+// group on every rank at once, naming the ranks and their dtypes (hvdrun.torch split a mixed
+// list into one operation per dtype, named after it, so the ranks' names differed: a hang).
+// A group of several dtypes that agree runs, each tensor in its own dtype.
+TEST(Engine, AGroupOfSeveralDtypesRunsAndADifferentMixFailsItEverywhere) {
+  const int n = 3;
+  Job job(n);
+  auto res = on_all(n, [&](int r) -> std::string {
+    Engine& e = *job.engines[r];
+    std::string out;
+    std::vector<std::vector<char>> in, o;
+    for (int step = 0; step < 3; ++step) {  // the second and third from the response cache
+      auto h = e.submit(grouped_req("mixed", {HVD_FLOAT32, HVD_FLOAT64, HVD_INT32}, in, o, 100, r));
+      if (!h) return h.error().message;
+      if (auto s = e.wait(*h); !s) return s.error().message;
+      for (size_t k = 0; k < 3; ++k)
+        for (size_t i = 0; i < 100; i += 33) {
+          hvd_dtype_t t = k == 0 ? HVD_FLOAT32 : k == 1 ? HVD_FLOAT64 : HVD_INT32;
+          if (load(o[k].data(), i, t) != 6.0) out += "tensor " + std::to_string(k) + " gave " + std::to_string(load(o[k].data(), i, t)) + "\n";
+        }
+    }
+    std::vector<hvd_dtype_t> mine = {HVD_FLOAT32, HVD_FLOAT32};
+    if (r == 1) mine = {HVD_FLOAT32, HVD_FLOAT64};
+    if (r == 2) mine = {HVD_FLOAT64, HVD_FLOAT32};
+    auto h = e.submit(grouped_req("g", mine, in, o, 10, r));
+    if (!h) return h.error().message;
+    auto s = e.wait(*h);
+    if (s || s.error().code != HVD_ERR_MISMATCH) return out + "no mismatch error";
+    out += s.error().message;
+    // The engine goes on.
+    auto h2 = e.submit(grouped_req("after", {HVD_FLOAT64, HVD_INT32}, in, o, 10, r));
+    if (auto s2 = e.wait(*h2); !s2 || load(o[1].data(), 9, HVD_INT32) != 6.0) out += " after: broken";
+    return out;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(res[r], "rank " + std::to_string(r) +
+                          ": allreduce 'g': mismatched dtype: float32 (every tensor) on rank 0; float32,float64 on "
+                          "rank 1; float64,float32 on rank 2");
+}
+
 struct MismatchCase {
   const char* what;
   std::function<void(Request&, int rank)> change;
@@ -481,6 +541,7 @@ struct RawMessage {
     put<uint64_t>(count);
     put<uint64_t>(1);
     put<uint32_t>(0);
+    put<uint32_t>(0);  // one dtype for every tensor
   }
 };
 
@@ -529,9 +590,16 @@ TEST(Engine, AMessageAnnouncingOneNameTwiceIsRefusedNotReadPastItsData) {
       << st.error().message;
 }
 
-TEST(Engine, DuplicatePendingNameIsInvalidArgumentAtOnce) {
+// Issue 30.5: a name submitted again while pending (two threads racing one name) must get
+// the same decision on every rank. Rank 0 sees the two submissions overlap and refuses the
+// second at once; rank 1 makes them one after the other. Its second pairs with rank 0's
+// refused one and fails too (it used to wait for a partner that never came). The name then
+// works again on both.
+TEST(Engine, ADuplicateRefusedOnOneRankFailsItsCounterpartOnEveryRank) {
   const int n = 2;
   Job job(n);
+  std::promise<void> both_submitted;
+  auto submitted = both_submitted.get_future().share();
   auto res = on_all(n, [&](int r) -> std::string {
     Engine& e = *job.engines[r];
     std::vector<float> in(4, 1.f), o(4), o2(4);
@@ -539,20 +607,33 @@ TEST(Engine, DuplicatePendingNameIsInvalidArgumentAtOnce) {
     if (r == 0) {
       auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
       auto h2 = e.submit(allreduce_req("dup", in.data(), o2.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+      both_submitted.set_value();
       if (h2 || h2.error().code != HVD_ERR_INVALID_ARGUMENT ||
           h2.error().message.find("'dup': a request with this name is already pending") == std::string::npos)
         out = "duplicate accepted or wrong error";
+      if (!h) return out + h.error().message;
       if (auto s = e.wait(*h); !s) out += s.error().message;
     } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
-      if (auto s = e.wait(*h); !s) out += s.error().message;
+      submitted.wait();
+      for (int k = 0; k < 2; ++k) {
+        auto h = e.submit(allreduce_req("dup", in.data(), k ? o2.data() : o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+        if (!h) return out + h.error().message;
+        Status s = e.wait(*h);
+        if (k == 0 && !s) out += s.error().message;
+        if (k == 1 && (s || s.error().code != HVD_ERR_INVALID_ARGUMENT ||
+                       s.error().message.find("allreduce 'dup': refused on rank 0, where it was submitted again "
+                                              "while pending") == std::string::npos))
+          out += "the second 'dup' did not fail as rank 0's refusal: " + (s ? std::string("ok") : s.error().message);
+      }
     }
     if (o[0] != 2.f) out += " result " + std::to_string(o[0]);
-    // Once finished, the name may be used again.
-    auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
-    if (!h) return out + h.error().message;
-    if (auto s = e.wait(*h); !s) out += s.error().message;
+    // The name used again pairs as the next submission on both ranks.
+    for (int k = 0; k < 3; ++k) {
+      auto h = e.submit(allreduce_req("dup", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+      if (!h) return out + h.error().message;
+      if (auto s = e.wait(*h); !s) out += s.error().message;
+      if (o[0] != 2.f) out += " reuse result " + std::to_string(o[0]);
+    }
     return out;
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;

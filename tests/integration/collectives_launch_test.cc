@@ -155,7 +155,7 @@ TEST(CollectivesLaunchMismatch, MismatchedCountsAreAClearError) {
   // (blocking call's) tensor, the ranks and their values.
   for (int r = 0; r < 2; ++r)
     EXPECT_NE(o.err.find("[" + std::to_string(r) + "]<stderr>:rank " + std::to_string(r) + ": hvd_allreduce(a, a, r == 1 ? 10 : 11, HVD_FLOAT32, HVD_OP_SUM) failed (7): rank " +
-                         std::to_string(r) + ": allreduce 'hvdrun.allreduce.0': mismatched count: 11 on rank 0; 10 on rank 1"),
+                         std::to_string(r) + ": allreduce 'hvdrun.allreduce': mismatched count: 11 on rank 0; 10 on rank 1"),
               std::string::npos)
         << o.err;
 }

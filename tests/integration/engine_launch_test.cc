@@ -105,6 +105,17 @@ TEST(EngineLaunchStall, WarningNamesTheTensorAndTheMissingRankOnce) {
   EXPECT_EQ(o.err.find("rank 0 (host localhost) has not"), std::string::npos) << o.err;
 }
 
+TEST(EngineLaunchStall, WarningSaysTheWorkersTimeSetWithX) {
+  // Issue 30.5: the time came from hvdrun's own environment (60 s), not the workers' -x.
+  auto o = run({kHvdrun, "-np", "3", "-x", "HVDRUN_STALL_CHECK_TIME_SECONDS=1", kEngine, "stall"}, 120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.err.find("rank 1 (host localhost) has not submitted: late.tensor"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: warning: collectives stalled for more than 1 s (HVDRUN_STALL_CHECK_TIME_SECONDS)"),
+            std::string::npos)
+      << o.err;
+}
+
 TEST(EngineLaunchStall, HoroVodSpellingAndStallShutdownEndTheJobWithTheList) {
   auto o = run({kHvdrun, "-np", "2", kEngine, "stallforever"}, 120,
                {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1"}, {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "2"}});
@@ -112,6 +123,19 @@ TEST(EngineLaunchStall, HoroVodSpellingAndStallShutdownEndTheJobWithTheList) {
   EXPECT_NE(o.exit_code, 0);
   EXPECT_NE(o.err.find("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("rank 1 (host localhost) has not submitted: late.tensor"), std::string::npos) << o.err;
+}
+
+TEST(EngineLaunchThreads, BlockingCallsFromSeveralThreadsPairInOrderWithoutAHang) {
+  // Issue 30.7: 4 threads of blocking calls per rank gave wrong results, then hung. A hang
+  // now ends the job within seconds (the stall shutdown), not the test's deadline.
+  for (int n : {2, 3}) {
+    auto o = run({kHvdrun, "-np", std::to_string(n), kEngine, "threads"}, 120,
+                 {{"HVDRUN_STALL_CHECK_TIME_SECONDS", "2"}, {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "5"}});
+    ASSERT_FALSE(o.timed_out);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    for (int r = 0; r < n; ++r)
+      EXPECT_NE(o.out.find("rank " + std::to_string(r) + " threads ok"), std::string::npos) << o.out << o.err;
+  }
 }
 
 // Parses the merged trace: a JSON array; every rank a process row; every B closed by an E

@@ -15,9 +15,12 @@
  *                            send/recv buffers: each refused (HVD_ERR_INVALID_ARGUMENT,
  *                            naming the value); then in-place calls still work ("rank R
  *                            overflow ok")
+ *   engine_worker threads    4 threads of blocking allreduces, broadcasts and allgathers at
+ *                            once, every value checked ("rank R threads ok")
  *   engine_worker steps N    N steps of 20 async allreduces (for the timeline; with
  *                            ENGINE_WORKER_STEPPING=PREFIX, PREFIX<rank> appears after the first) */
 #include <hvdrun/hvdrun.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +169,31 @@ static int async_mode(void) {
       EXPECT(y[i] == expect, "reducescatter element %zu: %f != %f", i, y[i], expect);
     }
   }
+  /* a grouped allreduce of several dtypes; then one whose mix differs on rank 1 (n > 1):
+   * HVD_ERR_MISMATCH on every rank, naming the dtypes */
+  {
+    float f[3] = {1, 2, 3}, fo[3];
+    double d[2] = {(double)r, 0.5}, dout[2];
+    const void* sends[2] = {f, d};
+    void* recvs[2] = {fo, dout};
+    size_t counts[2] = {3, 2};
+    hvd_dtype_t dts[2] = {HVD_FLOAT32, HVD_FLOAT64};
+    hvd_handle_t h;
+    CHECK(hvd_grouped_allreduce_dtypes_async("mixed.dtypes", 2, sends, recvs, counts, dts, HVD_OP_SUM, 1, 1, &h));
+    CHECK(hvd_wait(h));
+    EXPECT(fo[2] == 3.f * (float)n && dout[0] == (double)(n * (n - 1) / 2) && dout[1] == 0.5 * n,
+           "mixed dtypes gave %f %f %f", fo[2], dout[0], dout[1]);
+    if (n > 1) {
+      hvd_dtype_t other[2] = {HVD_FLOAT32, r == 1 ? HVD_FLOAT32 : HVD_FLOAT64};
+      double d3[3] = {0, 0, 0};
+      if (r == 1) sends[1] = recvs[1] = d3;
+      CHECK(hvd_grouped_allreduce_dtypes_async("mixed.mismatch", 2, sends, recvs, counts, other, HVD_OP_SUM, 1, 1, &h));
+      EXPECT(hvd_wait(h) == HVD_ERR_MISMATCH, "mixed dtypes differing on rank 1 ran");
+      EXPECT(strstr(hvd_last_error(), "'mixed.mismatch': mismatched dtype: float32,float64 on rank") != NULL &&
+                 strstr(hvd_last_error(), "float32 (every tensor) on rank 1") != NULL,
+             "mixed mismatch: %s", hvd_last_error());
+    }
+  }
   /* duplicate pending name: rank 0 resubmits "dup" while it is surely pending (the other
    * ranks submit it only after rank 0's "dup.checked" broadcast, which the engine runs while
    * "dup" waits); otherwise "dup" could finish between the two submissions, and a name is a
@@ -189,6 +217,13 @@ static int async_mode(void) {
     if (r != 0 || n == 1) CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h1));
     CHECK(hvd_wait(h1));
     EXPECT(b == (float)n, "dup allreduce gave %f, expected %d", b, n);
+    /* Every rank reaches rank 0's decision: the other ranks' second "dup" pairs with rank
+     * 0's refused one and fails too, naming rank 0. */
+    if (r != 0) {
+      CHECK(hvd_allreduce_async("dup", &a, &b, 1, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h2));
+      EXPECT(hvd_wait(h2) == HVD_ERR_INVALID_ARGUMENT, "the second dup ran");
+      EXPECT(strstr(hvd_last_error(), "'dup': refused on rank 0") != NULL, "second dup: %s", hvd_last_error());
+    }
   }
   /* join with uneven data: rank r has r + 1 batches */
   for (int b = 0; b <= r; ++b) {
@@ -296,6 +331,50 @@ static int overflow_mode(void) {
   return 0;
 }
 
+/* Blocking calls from several threads: each of a kind pairs with the call of the same
+ * order on the other ranks, whichever thread made it, so every thread sends the same
+ * values (any pairing has one right answer). */
+enum { kThreadCalls = 150, kThreadElems = 64 };
+static void* blocking_thread(void* arg) {
+  int r = hvd_rank(), n = hvd_size();
+  char* err = arg;
+  for (int k = 0; k < kThreadCalls && !err[0]; ++k) {
+    float v[kThreadElems], s[kThreadElems];
+    int rc;
+    if (k % 3 == 0) {
+      for (int i = 0; i < kThreadElems; ++i) v[i] = (float)(r + 1);
+      rc = hvd_allreduce(v, s, kThreadElems, HVD_FLOAT32, HVD_OP_SUM);
+      if (!rc && s[kThreadElems - 1] != (float)(n * (n + 1) / 2))
+        snprintf(err, 512, "allreduce %d gave %f, expected %d", k, s[kThreadElems - 1], n * (n + 1) / 2);
+    } else if (k % 3 == 1) {
+      for (int i = 0; i < kThreadElems; ++i) v[i] = r == 0 ? 42.f : -1.f;
+      rc = hvd_broadcast(v, kThreadElems, HVD_FLOAT32, 0);
+      if (!rc && v[kThreadElems - 1] != 42.f) snprintf(err, 512, "broadcast %d gave %f", k, v[kThreadElems - 1]);
+    } else {
+      int mine[2] = {r, r}, all[64];
+      rc = n <= 32 ? hvd_allgather(mine, all, 2, HVD_INT32) : 0;
+      for (int p = 0; !rc && p < n && p < 32; ++p)
+        if (all[2 * p] != p || all[2 * p + 1] != p) {
+          snprintf(err, 512, "allgather %d gave %d at rank %d's place", k, all[2 * p], p);
+          break;
+        }
+    }
+    if (rc) snprintf(err, 512, "call %d failed (%d): %s", k, rc, hvd_last_error());
+  }
+  return NULL;
+}
+
+static int threads_mode(void) {
+  enum { T = 4 };
+  pthread_t t[T];
+  static char err[T][512];
+  for (int i = 0; i < T; ++i) EXPECT(pthread_create(&t[i], NULL, blocking_thread, err[i]) == 0, "pthread_create");
+  for (int i = 0; i < T; ++i) pthread_join(t[i], NULL);
+  for (int i = 0; i < T; ++i) EXPECT(!err[i][0], "thread %d: %s", i, err[i]);
+  printf("rank %d threads ok\n", hvd_rank());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (!strcmp(argv[1], "reinit")) {
@@ -321,6 +400,8 @@ int main(int argc, char** argv) {
     rc = async_mode();
   } else if (!strcmp(argv[1], "overflow")) {
     rc = overflow_mode();
+  } else if (!strcmp(argv[1], "threads")) {
+    rc = threads_mode();
   } else if (!strcmp(argv[1], "stall") || !strcmp(argv[1], "stallforever")) {
     float v = 1, s;
     hvd_handle_t h;

@@ -43,3 +43,15 @@ def test_mismatched_shapes_are_a_clear_error_not_a_hang() -> None:
     assert caught, str(j)
     assert any("mismatch" in line.lower() or "MISMATCH" in line for line in caught), str(j)
     assert "Traceback" not in j.err, str(j)
+
+
+def test_grouped_allreduce_dtypes_differing_across_ranks_fail_at_once_not_hang() -> None:
+    # Issue 30.5: a stall would end the job only at the stall shutdown, past the deadline below.
+    j = run_job(2, [str(WORKERS / "grouped_mismatch_worker.py")], timeout=60,
+                env={"HVDRUN_STALL_CHECK_TIME_SECONDS": "30", "HVDRUN_STALL_SHUTDOWN_TIME_SECONDS": "120"})
+    caught = [line for line in j.out.splitlines() if "CAUGHT HorovodInternalError" in line]
+    assert len(caught) == 2, str(j)
+    assert all("mismatched dtype: float32 (every tensor) on rank 0; float32,float64 on rank 1" in line
+               for line in caught), str(j)
+    assert j.out.count("AGREE OK") == 2, str(j)
+    assert j.rc == 0 and "Traceback" not in j.err, str(j)

@@ -189,6 +189,18 @@ def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: boo
     return _Scaling(send, op, 1.0, 1.0, post)
 
 
+def _group_scalings(tensors: Sequence[torch.Tensor], op: int, pre: float, post: float) -> List[_Scaling]:
+    """The scalings of a grouped allreduce, which goes to libhvdrun as one operation with one
+    op and one pair of factors: libhvdrun applies them when every tensor is floating; a
+    group with an integer tensor is scaled here for all of them (Average as a Sum times
+    postscale / size(), as Horovod computes it)."""
+    if all(t.is_floating_point() for t in tensors):
+        return [_scaling(t, op, pre, post, native=True) for t in tensors]
+    if op == Average:
+        op, post = Sum, post / size()
+    return [_scaling(t, op, pre, post, native=False) for t in tensors]
+
+
 # --- Handles -----------------------------------------------------------------------------------
 class _Pending:
     __slots__ = ("what", "c_handles", "keep", "finish")
@@ -348,22 +360,25 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
     post = _factor("grouped_allreduce", "postscale_factor", postscale_factor)
     # Everything is checked and prepared (prescaled integer copies included) before the
     # first part is submitted.
-    scs = [_scaling(t, op, pre, post, native=True) for t in tensors]
+    scs = _group_scalings(tensors, op, pre, post)
     full = _op_name("grouped_allreduce", name)
-    # libhvdrun groups tensors of one dtype on one kind of memory: a mixed list becomes one
-    # group per (dtype, device), named after it, submitted in a fixed order on every rank.
-    parts: Dict[Tuple[int, str], List[int]] = {}
+    # One operation with each tensor's dtype, whatever the mix: the ranks' lists are compared
+    # tensor by tensor (a rank whose dtypes differ fails the group everywhere at once; a
+    # split by dtype named the parts after the local dtypes, so such a rank hung). libhvdrun
+    # groups tensors on one kind of memory: a list on several devices is one group per
+    # device, named after it.
+    parts: Dict[str, List[int]] = {}
     for i, t in enumerate(tensors):
-        parts.setdefault((_DTYPES[t.dtype], str(t.device)), []).append(i)
+        parts.setdefault(str(t.device), []).append(i)
     c_handles: List[int] = []
     try:
-        for (d, dev), idx in sorted(parts.items()):
-            part_name = full if len(parts) == 1 else f"{full}.{_capi.DTYPE_NAMES[d]}.{dev}"
-            sc = scs[idx[0]]
-            c_handles.append(_capi.grouped_allreduce_async(
+        for dev, idx in sorted(parts.items()):
+            part_name = full if len(parts) == 1 else f"{full}.{dev}"
+            sc = scs[idx[0]]  # one op and one pair of factors for the whole group (_group_scalings)
+            c_handles.append(_capi.grouped_allreduce_dtypes_async(
                 part_name, [scs[i].send.data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
-                [tensors[i].numel() for i in idx], _buffer_dtype(sc.send, outputs[idx[0]]), sc.op, sc.prescale,
-                sc.postscale))
+                [tensors[i].numel() for i in idx], [_buffer_dtype(scs[i].send, outputs[i]) for i in idx], sc.op,
+                sc.prescale, sc.postscale))
     except HorovodInternalError:
         for c in c_handles:
             try:

@@ -29,6 +29,11 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_HOROVOD", "0", TunableUse::kLauncher,
      "1: serve Horovod 0.28.1's Gloo rendezvous (an HTTP key-value store) and give the workers "
      "horovodrun --gloo's variables, so that programs using a real Horovod run unchanged (--horovod)."},
+    {"HVDRUN_HOROVOD_STORE_KEYS", "1048576", TunableUse::kLauncher,
+     "--horovod: keys Horovod's store holds at most, besides the room kept for the job's own rendezvous."},
+    {"HVDRUN_HOROVOD_STORE_BYTES", "268435456", TunableUse::kLauncher,
+     "--horovod: bytes Horovod's store holds at most (values stored, being received and being sent), "
+     "besides the room kept for the job's own rendezvous."},
     {"SLURMD_NODENAME", "", TunableUse::kLauncher,
      "Slurm's: the node an agent started by srun runs on (its name in the job's host list)."},
     {"SLURM_PROCID", "0", TunableUse::kLauncher, "Slurm's: the task id of an agent started by srun."},
@@ -147,6 +152,8 @@ constexpr Range kRanges[] = {
     {"HVDRUN_START_TIMEOUT", 0.001, 1e7, "seconds"},
     {"HVDRUN_KILL_GRACE", 0, 1e7, "seconds"},
     {"HVDRUN_HEARTBEAT_TIMEOUT", 3, 1e7, "seconds", " (longer than the 2 s between heartbeats)"},
+    {"HVDRUN_HOROVOD_STORE_KEYS", 1, 1e12, "keys"},
+    {"HVDRUN_HOROVOD_STORE_BYTES", 65536, 1e15, "bytes"},
     {"HVDRUN_TIMEOUT", 0.001, 1e7, "seconds"},
     {"HVDRUN_SEGMENT_BYTES", 4096, 1 << 30, "bytes"},
     // Below loopback's 64 KiB segments a receive window stalls TCP on its persist timer

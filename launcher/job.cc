@@ -301,6 +301,8 @@ int run_job(const LaunchOptions& opts, char** envp) {
   if (opts.horovod) {  // Horovod's Gloo store, for the job's hosts only
     so.horovod.enabled = true;
     so.horovod.allowed_peers = job_peer_addresses(ai);
+    so.horovod.limits.max_keys = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_KEYS"));
+    so.horovod.limits.max_total_bytes = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_BYTES"));
   }
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;

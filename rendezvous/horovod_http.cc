@@ -7,7 +7,10 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/http/span_body.hpp>
 #include <chrono>
+#include <list>
+#include <map>
 #include <optional>
 #include <spdlog/spdlog.h>
 
@@ -22,11 +25,21 @@ using asio::ip::tcp;
 
 namespace {
 constexpr size_t kHeaderLimit = 8192;
+// What one connection buffers of what it reads at a time (the header, a piece of a body).
+constexpr size_t kReadBuffer = 16384;
 // Time to write an answer (to a client that does not read, or to a refused one).
 constexpr auto kWriteTimeout = std::chrono::seconds(5);
 // After answering: how long, and how much, of what a client still sends is read and dropped.
 constexpr auto kLingerTime = std::chrono::seconds(1);
 constexpr size_t kLingerBytes = 1u << 20;
+
+std::string seconds_text(double s) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+class HttpSession;
 }  // namespace
 
 struct HorovodHttpServer::State : std::enable_shared_from_this<HorovodHttpServer::State> {
@@ -39,13 +52,19 @@ struct HorovodHttpServer::State : std::enable_shared_from_this<HorovodHttpServer
   tcp::acceptor acceptor;
   asio::steady_timer accept_backoff{io};
   std::chrono::milliseconds accept_delay{0};
-  size_t open = 0;          // sessions alive (io thread)
+  size_t open = 0;  // sessions counted against max_connections (io thread)
+  // The sessions still reading their request, oldest first, and how many of each peer.
+  std::list<HttpSession*> reading;
+  std::map<asio::ip::address, size_t> reading_of;
   bool accept_paused = false;
   bool stopped = false;
   std::atomic<int> refused{0};
   int port = 0;
 
   void accept();
+  void make_room(const asio::ip::address& peer);
+  void make_room();
+  void drop_oldest_reading(const asio::ip::address& peer, const std::string& why);
   void on_session_gone() {
     --open;
     if (accept_paused && !stopped && open < opts.max_connections) {
@@ -60,7 +79,7 @@ namespace {
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(std::shared_ptr<HorovodHttpServer::State> st, tcp::socket sock)
-      : st_(std::move(st)), sock_(std::move(sock)), timer_(st_->io) {
+      : st_(std::move(st)), sock_(std::move(sock)), timer_(st_->io), accepted_(std::chrono::steady_clock::now()) {
     ++st_->open;
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
@@ -71,83 +90,155 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       peer_ = "?";
     }
   }
-  ~HttpSession() { st_->on_session_gone(); }
+  ~HttpSession() {
+    stop_reading();
+    if (counted_) st_->on_session_gone();
+  }
+
+  const asio::ip::address& peer() const { return peer_addr_; }
 
   void start() {
     if (peer_ == "?" || !st_->opts.allowed.allows(peer_addr_)) {
       st_->refused++;
       st_->warn("refused a Horovod store connection from a host outside the job",
                 "Horovod store: refused a connection from " + peer_ + ": not a host of this job");
-      return answer(403, "hvdrun's Horovod store answers only the hosts of its job\n");
+      return answer({403, "hvdrun's Horovod store answers only the hosts of its job\n", {}});
     }
+    st_->make_room(peer_addr_);  // before this one counts: it is the newest
+    reading_at_ = st_->reading.insert(st_->reading.end(), this);
+    st_->reading_of[peer_addr_]++;
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(st_->opts.limits.max_value_bytes);
-    timer_.expires_after(seconds_to_duration(st_->opts.request_timeout));
+    arm(std::min(st_->opts.header_timeout, st_->opts.request_timeout));
+    http::async_read_header(sock_, buf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+      self->on_header(ec);
+    });
+  }
+
+  // The server ends this connection (too many are reading): closed without an answer.
+  void drop() {
+    dropped_ = true;
+    stop_reading();
+    if (counted_) {
+      counted_ = false;
+      st_->on_session_gone();
+    }
+    close();
+  }
+
+ private:
+  // The request must have arrived `seconds` after the connection was accepted.
+  void arm(double seconds) {
+    timer_.expires_at(accepted_ + seconds_to_duration(seconds));
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || self->answering_) return;
+      if (ec || self->answering_ || self->dropped_) return;
       self->timed_out_ = true;
       boost::system::error_code ignored;
       self->sock_.cancel(ignored);
     });
-    http::async_read(sock_, buf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
-      self->on_read(ec);
-    });
   }
 
- private:
-  void on_read(boost::system::error_code ec) {
+  void stop_reading() {
+    if (!reading_at_) return;
+    st_->reading.erase(*reading_at_);
+    reading_at_.reset();
+    if (auto it = st_->reading_of.find(peer_addr_); it != st_->reading_of.end() && --it->second == 0)
+      st_->reading_of.erase(it);
+  }
+
+  // Errors common to reading the header and the body; true when one was answered.
+  bool read_failed(boost::system::error_code ec, const char* what, double seconds) {
     if (timed_out_) {
-      char secs[32];
-      snprintf(secs, sizeof secs, "%g", st_->opts.request_timeout);
-      return fail(408, std::string("request not complete within ") + secs + " s");
+      fail(408, std::string(what) + " not complete within " + seconds_text(seconds) + " s");
+      return true;
     }
-    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted) {
       close();  // the client went away without a (whole) request
-      return;
+      return true;
     }
-    if (ec == http::error::body_limit)
-      return fail(413, "value exceeds the limit of " + std::to_string(st_->opts.limits.max_value_bytes) + " bytes");
-    if (ec == http::error::header_limit)
-      return fail(431, "request header exceeds " + std::to_string(kHeaderLimit) + " bytes");
-    if (ec) return fail(400, "malformed HTTP request: " + ec.message());
+    if (ec == http::error::body_limit) {
+      fail(413, "value exceeds the limit of " + std::to_string(st_->opts.limits.max_value_bytes) + " bytes");
+      return true;
+    }
+    if (ec == http::error::header_limit) {
+      fail(431, "request header exceeds " + std::to_string(kHeaderLimit) + " bytes");
+      return true;
+    }
+    if (ec) {
+      fail(400, "malformed HTTP request: " + ec.message());
+      return true;
+    }
+    return false;
+  }
+
+  void on_header(boost::system::error_code ec) {
+    if (dropped_ || read_failed(ec, "request header", std::min(st_->opts.header_timeout, st_->opts.request_timeout)))
+      return;
     auto& req = parser_->get();
     std::string method(req.method_string());
     std::string target(req.target());
+    if (size_t hosts = req.count(http::field::host); hosts > 1)
+      return fail(400, std::to_string(hosts) + " Host headers: expected one");
     if (auto host = req[http::field::host]; !store_host_header_ok(std::string_view(host.data(), host.size())))
       return fail(400, "Host '" + printable(std::string_view(host.data(), host.size()), 64) +
                            "': expected the store's IP address (a host name is refused: DNS rebinding)");
-    if (method == "PUT" && !req.has_content_length() && !req.chunked())
+    if (req.chunked())
+      return fail(411, printable(method, 16) + " " + printable(target, 64) +
+                           " with a chunked body: expected Content-Length (as Horovod's client sends)");
+    if (method == "PUT" && !req.has_content_length())
       return fail(411, "PUT " + printable(target, 64) + " without Content-Length");
-    HttpAnswer a = st_->store.handle(method, target, std::move(req.body()));
-    if (a.status != 200 && a.status != 404) {
-      st_->refused++;
-      std::string msg = a.body;
-      while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-      st_->warn("Horovod store: " + std::to_string(a.status),
-                "Horovod store: " + printable(method, 16) + " from " + peer_ + ": " + std::to_string(a.status) + " " +
-                    msg);
-    }
-    answer(a.status, std::move(a.body));
+    Admission a = st_->store.admit(method, target, parser_->content_length().value_or(0));
+    if (!a.ok()) return refuse(method, std::move(a.refusal));
+    charge_ = std::move(a.charge);
+    if (parser_->is_done()) return on_read({});
+    arm(st_->opts.request_timeout);
+    http::async_read(sock_, buf_, *parser_, [self = shared_from_this()](boost::system::error_code ec2, size_t) {
+      self->on_read(ec2);
+    });
+  }
+
+  void on_read(boost::system::error_code ec) {
+    if (dropped_ || read_failed(ec, "request", st_->opts.request_timeout)) return;
+    auto& req = parser_->get();
+    std::string method(req.method_string());
+    std::string_view target(req.target().data(), req.target().size());
+    HttpAnswer a = st_->store.handle(method, target, std::move(req.body()), std::move(charge_));
+    if (a.status != 200 && a.status != 404) return refuse(method, std::move(a));
+    answer(std::move(a));
+  }
+
+  void refuse(const std::string& method, HttpAnswer a) {
+    st_->refused++;
+    std::string msg = a.text;
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    st_->warn("Horovod store: " + std::to_string(a.status), "Horovod store: " + printable(method, 16) + " from " +
+                                                                peer_ + ": " + std::to_string(a.status) + " " + msg);
+    answer(std::move(a));
   }
 
   void fail(int status, const std::string& why) {
     st_->refused++;
     st_->warn("Horovod store: " + std::to_string(status), "Horovod store: request from " + peer_ + ": " +
                                                               std::to_string(status) + " " + why);
-    answer(status, why + "\n");
+    answer({status, why + "\n", {}});
   }
 
-  void answer(int status, std::string body) {
+  // The answer's body is the stored value itself (shared, not copied) or the error's text.
+  void answer(HttpAnswer a) {
+    stop_reading();
     answering_ = true;
+    answer_ = std::move(a);
     res_.emplace();
     res_->version(11);
-    res_->result(static_cast<unsigned>(status));
+    res_->result(static_cast<unsigned>(answer_.status));
     res_->set(http::field::server, "hvdrun");
     res_->set(http::field::connection, "close");
-    if (status == 405) res_->set(http::field::allow, "GET, PUT, DELETE");
-    res_->set(http::field::content_type, status == 200 ? "application/octet-stream" : "text/plain");
-    res_->body() = std::move(body);
+    if (answer_.status == 405) res_->set(http::field::allow, "GET, PUT, DELETE");
+    res_->set(http::field::content_type, answer_.status == 200 ? "application/octet-stream" : "text/plain");
+    std::string_view body = answer_.body();
+    res_->body() = {body.data(), body.size()};
     res_->prepare_payload();  // Content-Length (Horovod's client reads up to it)
     res_->keep_alive(false);
     timer_.expires_after(kWriteTimeout);
@@ -157,6 +248,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       self->sock_.close(ignored);
     });
     http::async_write(sock_, *res_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+      self->answer_ = {};  // the value is sent: the store alone holds it now
       if (ec) return self->close();
       self->linger();
     });
@@ -196,22 +288,53 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::shared_ptr<HorovodHttpServer::State> st_;
   tcp::socket sock_;
   asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point accepted_;
   asio::ip::address peer_addr_;
   std::string peer_;
-  boost::beast::flat_buffer buf_;
+  std::optional<std::list<HttpSession*>::iterator> reading_at_;
+  boost::beast::flat_buffer buf_{kReadBuffer};
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::optional<http::response<http::string_body>> res_;
+  Charge charge_;  // the room taken for the request's body
+  HttpAnswer answer_;
+  std::optional<http::response<http::span_body<const char>>> res_;
   std::unique_ptr<std::array<char, 4096>> drain_buf_;
   size_t drained_ = 0;
-  bool timed_out_ = false, answering_ = false;
+  bool timed_out_ = false, answering_ = false, dropped_ = false, counted_ = true;
 };
 
 }  // namespace
 
+// Room for a new connection. One client that opens connections and sends nothing (or
+// slowly) must not keep the job's workers, whose requests arrive at once, waiting: when a
+// new connection from `peer` makes more of its connections reading a request than
+// allowed, the oldest of them goes; when the connections open reach the cap, the oldest
+// still reading of the peer with most reading goes.
+void HorovodHttpServer::State::make_room(const asio::ip::address& peer) {
+  if (auto it = reading_of.find(peer); it != reading_of.end() && it->second >= opts.max_reading_per_peer)
+    drop_oldest_reading(peer, std::to_string(it->second) + " of its connections were reading a request, the limit");
+}
+
+void HorovodHttpServer::State::make_room() {
+  if (open < opts.max_connections || reading_of.empty()) return;
+  auto most = std::max_element(reading_of.begin(), reading_of.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
+  drop_oldest_reading(most->first, std::to_string(opts.max_connections) + " connections were open, the limit");
+}
+
+void HorovodHttpServer::State::drop_oldest_reading(const asio::ip::address& peer, const std::string& why) {
+  auto it = std::find_if(reading.begin(), reading.end(), [&](HttpSession* s) { return s->peer() == peer; });
+  if (it == reading.end()) return;
+  refused++;
+  warn("Horovod store: dropped an idle connection",
+       "Horovod store: closed the oldest connection from " + peer.to_string() +
+           " still reading its request: a new one came when " + why);
+  (*it)->drop();
+}
+
 void HorovodHttpServer::State::accept() {
   if (stopped) return;
-  if (open >= opts.max_connections) {
-    accept_paused = true;  // the next ones wait in the backlog until a session ends
+  if (open >= opts.max_connections && reading.empty()) {
+    accept_paused = true;  // all are answering: the next ones wait in the backlog until one ends
     return;
   }
   // The handlers hold the state: it lives until the acceptor is closed (or the io_context
@@ -233,6 +356,7 @@ void HorovodHttpServer::State::accept() {
       return;
     }
     accept_delay = std::chrono::milliseconds(0);
+    make_room();
     ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
     boost::system::error_code ignored;
     sock.set_option(tcp::no_delay(true), ignored);
@@ -244,6 +368,7 @@ void HorovodHttpServer::State::accept() {
 Result<std::unique_ptr<HorovodHttpServer>> HorovodHttpServer::listen(asio::io_context& io, HorovodHttpOptions options,
                                                                      Warn warn) {
   if (options.max_connections == 0) options.max_connections = 1;
+  if (options.max_reading_per_peer == 0) options.max_reading_per_peer = 1;
   auto st = std::make_shared<State>(io, std::move(options), std::move(warn));
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(st->opts.bind_address, ec);

@@ -4,9 +4,16 @@
 //
 // Hardened for a server without authentication:
 //   - a peer not on the allow-list gets 403 and the connection is closed;
-//   - the request (headers and body) must arrive within `request_timeout` (else 408), its
-//     header within 8 KiB (else 431), its body within the value limit (else 413);
-//   - at most `max_connections` are open at once; more wait in the listen backlog;
+//   - a request's header must arrive within `header_timeout` of the connection, the whole
+//     request within `request_timeout` (else 408); its header within 8 KiB (else 431), its
+//     body within the value limit (else 413) and the store's room, taken before the body is
+//     read (else 507; HorovodStore::admit);
+//   - one address has at most `max_reading_per_peer` connections reading a request: a new
+//     one closes its oldest; at `max_connections` open, a new connection closes the oldest
+//     still reading of the address with most reading (the job's workers send their requests
+//     at once: a client that connects and sends slowly does not keep them waiting); when
+//     all are answering, more wait in the listen backlog;
+//   - a duplicate Host header gets 400;
 //   - malformed HTTP gets 400; nothing a client sends stops the server.
 #pragma once
 
@@ -26,8 +33,10 @@ struct HorovodHttpOptions {
   PeerAllowList allowed;
   std::map<std::string, int> scope_sizes;
   HorovodStoreLimits limits;
+  double header_timeout = 3;    // seconds for a request's header to arrive
   double request_timeout = 10;  // seconds for a whole request to arrive
   size_t max_connections = 1024;
+  size_t max_reading_per_peer = 128;  // connections of one address reading a request at once
 };
 
 class HorovodHttpServer {

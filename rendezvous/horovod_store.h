@@ -23,11 +23,13 @@
 #include <boost/asio/ip/address.hpp>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -38,13 +40,70 @@ struct HorovodStoreLimits {
   size_t max_target_bytes = 2048;        // the request path, /SCOPE/KEY
   size_t max_value_bytes = 8u << 20;     // one value (Gloo's is ~136 bytes per rank)
   size_t max_keys = 1u << 20;            // keys in all scopes together
-  size_t max_total_bytes = 256u << 20;   // scopes, keys and values, each entry + kEntryOverhead
+  // Bytes held in all: stored entries, request bodies being received, and values that an
+  // answer still sends after the store dropped or replaced them (each entry + kEntryOverhead).
+  size_t max_total_bytes = 256u << 20;
 };
+
+// Bytes counted against a bound. One thread (the server's).
+class ByteBudget {
+ public:
+  explicit ByteBudget(size_t limit) : limit_(limit) {}
+  bool take(size_t n);
+  void give(size_t n) { used_ -= n; }
+  size_t used() const { return used_; }
+  size_t limit() const { return limit_; }
+
+ private:
+  size_t limit_, used_ = 0;
+};
+
+// Bytes taken from a budget, given back when the charge is destroyed. Move-only.
+class Charge {
+ public:
+  Charge() = default;
+  Charge(std::shared_ptr<ByteBudget> budget, size_t bytes) : budget_(std::move(budget)), bytes_(bytes) {}
+  Charge(Charge&& o) noexcept : budget_(std::move(o.budget_)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Charge& operator=(Charge&& o) noexcept;
+  ~Charge() { release(); }
+  size_t bytes() const { return bytes_; }
+  const ByteBudget* budget() const { return budget_.get(); }
+
+ private:
+  void release();
+  std::shared_ptr<ByteBudget> budget_;
+  size_t bytes_ = 0;
+};
+
+// A stored value with the bytes it holds, shared by the store and every answer still
+// sending it (an answer references the value, it does not copy it): its bytes stay counted
+// until the last of them lets it go.
+struct StoredValue {
+  std::string bytes;
+  Charge charge;
+};
+using Value = std::shared_ptr<const StoredValue>;
 
 struct HttpAnswer {
   int status = 200;
-  std::string body;
-  bool operator==(const HttpAnswer&) const = default;
+  std::string text;  // an error's reason (one line), else empty
+  Value value;       // a GET's value (shared with the store)
+  std::string_view body() const { return value ? std::string_view(value->bytes) : std::string_view(text); }
+  bool operator==(const HttpAnswer& o) const { return status == o.status && body() == o.body(); }
+};
+
+// A request admitted before its body is read: room taken for the body, or the refusal.
+struct Admission {
+  HttpAnswer refusal{0, "", {}};  // status 0: admitted
+  Charge charge;
+  bool ok() const { return refusal.status == 0; }
+};
+
+// Room kept for the job's own rendezvous apart from the bounds: the job's scopes (and
+// Horovod's process-set scopes made from them) first take from it, so that filling the
+// store elsewhere never refuses the job's next hvd.init().
+struct HorovodReserve {
+  size_t keys = 0, bytes = 0;
 };
 
 class HorovodStore {
@@ -55,26 +114,48 @@ class HorovodStore {
   // RendezvousServer.init from its host assignment).
   explicit HorovodStore(std::map<std::string, int> scope_sizes, HorovodStoreLimits limits = {});
 
-  // One request. `method` and `target` as on the request line, `body` the PUT's value.
+  // A request, once its header is read: the method, the path and a body of `length`
+  // bytes (taken from the budget here, before the body is read) are admitted, or refused
+  // with 405, 414, 400, 413 or 507.
+  Admission admit(std::string_view method, std::string_view target, size_t length);
+  // An admitted request with its body; `charge` is admit's.
+  HttpAnswer handle(std::string_view method, std::string_view target, std::string body, Charge charge);
+  // admit, then handle.
   HttpAnswer handle(std::string_view method, std::string_view target, std::string body);
 
   Status put(const std::string& scope, const std::string& key, std::string value);
-  std::optional<std::string> get(const std::string& scope, const std::string& key) const;
-  void finish(const std::string& scope, const std::string& key);  // DELETE
+  Value get(const std::string& scope, const std::string& key) const;  // null: none
+  void finish(const std::string& scope, const std::string& key);       // DELETE
 
-  size_t keys() const { return keys_; }
-  size_t bytes() const { return bytes_; }
+  size_t keys() const { return general_keys_ + reserve_keys_; }
+  // Bytes held: stored entries, admitted bodies, values still being sent.
+  size_t bytes() const { return general_->used() + reserve_->used(); }
   const HorovodStoreLimits& limits() const { return limits_; }
+  const HorovodReserve& reserve() const { return reserve_size_; }
+  bool job_scope(std::string_view scope) const;
 
  private:
+  struct Entry {
+    Value value;
+    bool reserved = false;  // counted in the job's reserve of keys
+  };
+  Status store(const std::string& scope, const std::string& key, std::string value, Charge charge);
+  void erase(std::unordered_map<std::string, Entry>& scope, std::unordered_map<std::string, Entry>::iterator it);
   void drop_scope(const std::string& scope);
 
   HorovodStoreLimits limits_;
   std::map<std::string, int> scope_sizes_;
-  std::unordered_map<std::string, std::unordered_map<std::string, std::string>> scopes_;
+  HorovodReserve reserve_size_;
+  std::shared_ptr<ByteBudget> general_, reserve_;
+  std::unordered_map<std::string, std::unordered_map<std::string, Entry>> scopes_;
   std::unordered_map<std::string, std::set<std::string>> finished_;
-  size_t keys_ = 0, bytes_ = 0;
+  size_t general_keys_ = 0, reserve_keys_ = 0;
 };
+
+// The room the job's rendezvous needs (HorovodReserve): for each job scope of n ranks and
+// the process-set scope Horovod makes from it, n keys "rank_R" (the host name) and n keys
+// "R" (n - 1 Gloo addresses of 136 bytes), with a margin.
+HorovodReserve horovod_job_reserve(const std::map<std::string, int>& scope_sizes);
 
 // "/SCOPE/KEY" -> {SCOPE, KEY}, as Horovod's server splits it (the bytes as sent, no
 // decoding); an error for anything else ("/", "/a", "/a/b/c", "a/b").

@@ -701,8 +701,10 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
     ho.allowed = std::move(*allowed);
     ho.scope_sizes = horovod_scope_sizes(hosts, local_ranks);
     ho.limits = hs.limits;
+    ho.header_timeout = hs.header_timeout;
     ho.request_timeout = hs.request_timeout;
     ho.max_connections = hs.max_connections;
+    ho.max_reading_per_peer = hs.max_reading_per_peer;
     Impl* p = impl.get();
     auto h = HorovodHttpServer::listen(impl->io, std::move(ho), [p](const std::string& kind, const std::string& line) {
       p->warn(kind, line);

@@ -26,8 +26,10 @@ struct HorovodServing {
   std::vector<std::string> allowed_peers;  // besides loopback: the job's hosts' addresses
   bool allow_loopback = true;              // false only in tests (to see a refusal on loopback)
   HorovodStoreLimits limits;
+  double header_timeout = 3;    // seconds for a request's header to arrive
   double request_timeout = 10;  // seconds for a whole request to arrive
   size_t max_connections = 1024;
+  size_t max_reading_per_peer = 128;  // connections of one address reading a request at once
 };
 
 struct ServerOptions {

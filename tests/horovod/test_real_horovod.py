@@ -36,6 +36,17 @@ def test_same_results_as_horovodrun_across_two_hosts(cluster, np, hosts):
     compare(np, hosts, cluster)
 
 
+def test_init_succeeds_when_a_client_filled_the_store_to_its_key_cap():
+    # Horovod's HTTPStore throws after three refused PUTs, on its background thread: the
+    # worker aborted (SIGABRT). The job's scopes have room of their own in hvdrun's store.
+    tag = new_tag()
+    job = hvdrun_horovod(2, "localhost:2", program(tag, "--fill-store"), env={"HVDRUN_HOROVOD_STORE_KEYS": "300"})
+    assert job.rc == 0, str(job)
+    assert "FILLED 300 507" in job.out, str(job)
+    assert sorted(results_of(job, 2)) == [0, 1], str(job)
+    assert_no_leftovers(tag)
+
+
 def test_rank_that_dies_ends_the_job_with_hvdruns_report():
     tag = new_tag()
     job = hvdrun_horovod(3, "localhost:3", program(tag, "--die-rank", "1", "--die-code", "7"), timeout=150)

@@ -180,6 +180,23 @@ TEST(Launch, HorovodStoreServedToTheWorkers) {
   EXPECT_NE(o.out.find("[0]<stdout>:missing 404 bad 400 post 405"), std::string::npos) << o.out;
 }
 
+// Filled to its key cap by a client, the store still takes the job's rendezvous (what
+// Horovod's hvd.init() PUTs): it aborted the next init (SIGABRT in Horovod) before.
+TEST(Launch, HorovodStoreFilledByAClientStillTakesTheJobsRendezvous) {
+  if (run({"python3", "-c", "import urllib.request"}, 60).exit_code != 0) GTEST_SKIP() << "no python3";
+  std::string client = std::string(TEST_SOURCE_DIR) + "/integration/horovod_store_client.py";
+  std::string dir = make_temp_dir();
+  auto o = run(hvd({"--horovod", "-np", "2", "python3", client, "fill", dir}), 120, {{"HVDRUN_HOROVOD_STORE_KEYS", "200"}});
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("[0]<stdout>:filled 200 keys, then 507"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[0]<stdout>:rendezvous done"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("[1]<stdout>:rendezvous done"), std::string::npos) << o.out;
+  auto bad = run(hvd({"--horovod", "-np", "1", "true"}), 30, {{"HVDRUN_HOROVOD_STORE_KEYS", "many"}});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("HVDRUN_HOROVOD_STORE_KEYS 'many'"), std::string::npos) << bad.err;
+}
+
 TEST(Launch, StdinGoesToRankZeroOnly) {
   std::string input = "line one\nline two\n";
   auto o = run(hvd({"-np", "2", "sh", "-c", "cat; echo end"}), 30, {}, &input);

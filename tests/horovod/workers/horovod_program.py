@@ -8,6 +8,8 @@ itself checks what has an exact answer and says CHECKFAIL <what> when it is not 
 
   --die-rank R --die-code C   rank R exits with code C after the first allreduce, while the
                               others go on to the next collective (the job must end)
+  --fill-store                before hvd.init(), rank 0 PUTs keys of its own into Horovod's
+                              store until it refuses one, and prints FILLED <keys> <status>
 """
 
 import argparse
@@ -25,10 +27,25 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--die-rank", type=int, default=-1)
 p.add_argument("--die-code", type=int, default=7)
+p.add_argument("--fill-store", action="store_true")
 p.add_argument("--tag", default="")  # marks the job's processes for the tests' leftover check
 args = p.parse_args()
 
 torch.set_num_threads(1)  # same arithmetic whatever the machine's load
+if args.fill_store and os.environ["HOROVOD_RANK"] == "0":
+    import urllib.error
+    import urllib.request
+    base = "http://%s:%s" % (os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"], os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+    n, status = 0, 200
+    while status == 200 and n < 100000:
+        try:
+            with urllib.request.urlopen(urllib.request.Request("%s/filler/k%d" % (base, n), data=b"x", method="PUT"),
+                                        timeout=10) as f:
+                status = f.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        n += status == 200
+    print("FILLED", n, status, flush=True)
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
 failed = []

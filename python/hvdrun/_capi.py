@@ -18,7 +18,7 @@ import ctypes
 import glob
 import os
 import threading
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
 
@@ -261,12 +261,15 @@ def broadcast_async(name: str, buf: int, count: int, dtype: int, root: int) -> i
     return h.value
 
 
+def _group_arrays(sends: Sequence[int], recvs: Sequence[int], counts: Sequence[int]) -> Tuple[int, Any, Any, Any]:
+    """A group's buffers and counts as the C arrays the grouped calls take."""
+    n = len(sends)
+    return n, (ctypes.c_void_p * n)(*sends), (ctypes.c_void_p * n)(*recvs), (ctypes.c_size_t * n)(*counts)
+
+
 def grouped_allreduce_async(name: str, sends: Sequence[int], recvs: Sequence[int], counts: Sequence[int],
                             dtype: int, op: int, prescale: float, postscale: float) -> int:
-    n = len(sends)
-    s = (ctypes.c_void_p * n)(*sends)
-    r = (ctypes.c_void_p * n)(*recvs)
-    c = (ctypes.c_size_t * n)(*counts)
+    n, s, r, c = _group_arrays(sends, recvs, counts)
     h = _c_handle(0)
     _check(_fn("hvd_grouped_allreduce_async")(_bname(name), n, s, r, c, dtype, op, prescale, postscale,
                                               ctypes.byref(h)), f"grouped allreduce {name!r}")
@@ -277,10 +280,7 @@ def grouped_allreduce_dtypes_async(name: str, sends: Sequence[int], recvs: Seque
                                    dtypes: Sequence[int], op: int, prescale: float, postscale: float) -> int:
     """A grouped allreduce with each tensor's dtype: one operation, checked tensor by tensor
     against the other ranks' (a mismatch fails it on every rank at once)."""
-    n = len(sends)
-    s = (ctypes.c_void_p * n)(*sends)
-    r = (ctypes.c_void_p * n)(*recvs)
-    c = (ctypes.c_size_t * n)(*counts)
+    n, s, r, c = _group_arrays(sends, recvs, counts)
     d = (ctypes.c_int * n)(*dtypes)
     h = _c_handle(0)
     _check(_fn("hvd_grouped_allreduce_dtypes_async")(_bname(name), n, s, r, c, d, op, prescale, postscale,

@@ -17,6 +17,7 @@
 //
 // Broadcast: a pipelined chain root -> root+1 -> ... -> root-1; each rank forwards the
 // bytes it has received as they arrive. Allgather: the allgather half of the ring.
+// Reducescatter: the reduce-scatter half, chunked by the ranks' shares (ring_reducescatter.cc).
 //
 // Hierarchical (Horovod's --hierarchical-allreduce / --hierarchical-allgather), when a
 // hierarchy is attached: a `local` ring of this host's ranks (shared memory) and a `cross`

@@ -49,12 +49,12 @@ int main(int argc, char** argv) {
       case 'o': coll = optarg; break;
       default:
         std::printf("usage: hvdrun-bench [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS|auto] [-c] "
-                    "[-o allreduce|broadcast|allgather]\n");
+                    "[-o allreduce|broadcast|allgather|reducescatter]\n");
         return opt == 'h' ? 0 : 2;
     }
   }
   if (factor <= 1 || iters < 1 || min_bytes < 4 || max_bytes < min_bytes ||
-      (coll != "allreduce" && coll != "broadcast" && coll != "allgather")) {
+      (coll != "allreduce" && coll != "broadcast" && coll != "allgather" && coll != "reducescatter")) {
     std::fprintf(stderr, "hvdrun-bench: bad arguments (see -h)\n");
     return 2;
   }
@@ -78,7 +78,11 @@ int main(int argc, char** argv) {
       iters = bytes >= (64u << 20) ? 5 : bytes >= (1u << 20) ? 20 : 200;
       warmup = iters;
     }
-    size_t out_count = coll == "allgather" ? count * n : count;
+    // reducescatter: count rows of one element, rank r keeping count/n (+1 for r < count % n).
+    const size_t share = count / n + (static_cast<size_t>(rank) < count % n ? 1 : 0);
+    size_t first = 0;
+    for (int p = 0; p < rank; ++p) first += count / n + (static_cast<size_t>(p) < count % n ? 1 : 0);
+    size_t out_count = coll == "allgather" ? count * n : coll == "reducescatter" ? share : count;
     in.assign(count, 0.f);
     out.assign(out_count, 0.f);
     auto fill = [&] {
@@ -86,6 +90,8 @@ int main(int argc, char** argv) {
     };
     auto run = [&] {
       if (coll == "allreduce") check(hvd_allreduce(in.data(), out.data(), count, HVD_FLOAT32, HVD_OP_SUM), "allreduce");
+      else if (coll == "reducescatter")
+        check(hvd_reducescatter(in.data(), out.data(), count, 1, HVD_FLOAT32, HVD_OP_SUM), "reducescatter");
       else if (coll == "broadcast") check(hvd_broadcast(in.data(), count, HVD_FLOAT32, 0), "broadcast");
       else check(hvd_allgather(in.data(), out.data(), count, HVD_FLOAT32), "allgather");
     };
@@ -106,6 +112,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < out_count; ++i) {
         double expect;
         if (coll == "allreduce") expect = sum_ranks * ((i % 7) + 1);
+        else if (coll == "reducescatter") expect = sum_ranks * (((first + i) % 7) + 1);
         else if (coll == "broadcast") expect = 1.0 * ((i % 7) + 1);
         else expect = (i / count + 1.0) * ((i % count % 7) + 1);
         double got = coll == "broadcast" ? in[i] : out[i];
@@ -118,7 +125,11 @@ int main(int argc, char** argv) {
     }
     double bytes = static_cast<double>(count) * 4;
     double algbw = bytes / (t * 1e3);  // GB/s
-    double bus = coll == "allreduce" ? algbw * 2.0 * (n - 1) / n : coll == "allgather" ? algbw * (n - 1) : algbw;
+    // busbw as nccl-tests reckons it; reducescatter: the input's size, (n-1)/n of it per link.
+    double bus = coll == "allreduce"       ? algbw * 2.0 * (n - 1) / n
+                 : coll == "allgather"     ? algbw * (n - 1)
+                 : coll == "reducescatter" ? algbw * (n - 1) / n
+                                           : algbw;
     if (coll == "allgather") algbw *= n;
     if (rank == 0)
       std::printf("%12.0f %12zu %8s %6s %10.1f %8.3f %8.3f %8s\n", bytes, count, "float", "sum", t, algbw, bus,

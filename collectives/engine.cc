@@ -1502,12 +1502,8 @@ Status Engine::run_one(Response& r) {
       for (int p = 0; p < me; ++p) first += share(p);
       if (gpu) return gpu->reducescatter(op->req.tensors[0].send, op->req.tensors[0].recv, rows * row, first * row,
                                          share(me) * row, dtype, static_cast<hvd_op_t>(s.op));
-      std::vector<char> tmp(rows * row * es);
-      if (auto st = ring_->allreduce(op->req.tensors[0].send, tmp.data(), rows * row, dtype, static_cast<hvd_op_t>(s.op));
-          !st)
-        return st;
-      if (share(me)) std::memcpy(op->req.tensors[0].recv, tmp.data() + first * row * es, share(me) * row * es);
-      return {};
+      return ring_->reducescatter(op->req.tensors[0].send, op->req.tensors[0].recv, rows, row, dtype,
+                                  static_cast<hvd_op_t>(s.op));
     }
     case OpKind::kJoin:
       break;

@@ -17,6 +17,7 @@
 //
 // Broadcast: a pipelined chain root -> root+1 -> ... -> root-1; each rank forwards the
 // bytes it has received as they arrive. Allgather: the allgather half of the ring.
+// Reducescatter: the reduce-scatter half, chunked by the ranks' shares (ring_reducescatter.cc).
 //
 // Hierarchical (Horovod's --hierarchical-allreduce / --hierarchical-allgather), when a
 // hierarchy is attached: a `local` ring of this host's ranks (shared memory) and a `cross`
@@ -181,32 +182,42 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
 
 // Reduce-scatter: after it rank r holds chunk r+1 reduced over the ring.
 Status Ring::reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, const char* in) {
-  const int n = size_;
-  if (n == 1 || count == 0) return {};
+  if (size_ == 1 || count == 0) return {};
+  std::vector<size_t> off(size_ + 1);
+  for (int c = 0; c <= size_; ++c) off[c] = chunk_offset(count, size_, c);
   const size_t es = dtype_size(dtype);
-  auto offset = [&](int c) { return chunk_offset(count, n, c); };
-  auto chunk_len = [&](int c) { return offset(c + 1) - offset(c); };
+  return reduce_scatter_chunks(off, 1, [&](int, int c) { return buf + off[c] * es; }, dtype, op, in);
+}
+
+// Step s = 0..n-2: send chunk (r + shift - 1 - s), receive chunk (r + shift - 2 - s) and
+// reduce it with ours into at(s, chunk). After n-1 steps rank r holds chunk r + shift.
+Status Ring::reduce_scatter_chunks(const std::vector<size_t>& off, int shift, const ChunkAt& at, hvd_dtype_t dtype,
+                                   hvd_op_t op, const char* in) {
+  const int n = size_;
+  if (n == 1) return {};
+  const size_t es = dtype_size(dtype);
+  auto chunk_len = [&](int c) { return off[c + 1] - off[c]; };
   // Received segments land in one segment-sized buffer that stays in cache, and are
   // reduced into the chunk as each one fills.
   const size_t seg = std::max<size_t>(es, opts_.segment_bytes / 8 * 8);
   scratch_.resize(seg);
   for (int s = 0; s < n - 1; ++s) {
-    int send_c = mod(rank_ - s, n), recv_c = mod(rank_ - s - 1, n);
-    char* dst = buf + offset(recv_c) * es;
+    int send_c = mod(rank_ + shift - 1 - s, n), recv_c = mod(rank_ + shift - 2 - s, n);
+    char* dst = at(s, recv_c);
     // Each chunk arrives once: out of place, ours comes from `in` (dst = in + received).
-    const char* mine = in ? in + offset(recv_c) * es : nullptr;
-    auto reduce = [&](size_t off, const char* data, size_t len) {
+    const char* mine = in ? in + off[recv_c] * es : nullptr;
+    auto reduce = [&](size_t o, const char* data, size_t len) {
       if (mine)
-        reduce_pair(dst + off, mine + off, data, len / es, dtype, op);
+        reduce_pair(dst + o, mine + o, data, len / es, dtype, op);
       else
-        reduce_into(dst + off, data, len / es, dtype, op);
+        reduce_into(dst + o, data, len / es, dtype, op);
     };
     // Step 0 sends our own contribution; later steps the chunk reduced the step before.
-    const char* send = (in && s == 0 ? in : buf) + offset(send_c) * es;
+    const char* send = s > 0 ? at(s - 1, send_c) : in ? in + off[send_c] * es : at(-1, send_c);
     auto st = step(
         send, chunk_len(send_c) * es, scratch_.data(), chunk_len(recv_c) * es, false,
         // Calls come at window boundaries (multiples of 8 bytes) and at the end.
-        [&](size_t off, size_t len) { reduce(off, scratch_.data() + off % seg, len); }, seg,
+        [&](size_t o, size_t len) { reduce(o, scratch_.data() + o % seg, len); }, seg,
         // From a shared-memory ring: reduced where the bytes lie, whole elements at a time.
         reduce, es);
     if (!st) return st;

@@ -65,6 +65,10 @@ class Ring {
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status barrier();
+  // Reducescatter (hvd_reducescatter): the `rows` rows of row_elems elements are reduced
+  // over the ring, and rank p receives rows/n rows, one more when p < rows % n, the ranks'
+  // shares in rank order. `recv` holds this rank's share; nothing else is written.
+  Status reducescatter(const void* send, void* recv, size_t rows, size_t row_elems, hvd_dtype_t dtype, hvd_op_t op);
 
   // Engine-level helpers (collectives/engine.cc). Every rank calls them in the same order.
   // Gathers one byte string from every rank (lengths may differ). Each string begins with
@@ -121,6 +125,17 @@ class Ring {
   // `in`: this rank's contribution when it is not in `buf` already (out of place); it is
   // read, never written, and buf's chunks are each written once (in + what arrives).
   Status reduce_scatter_steps(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op, const char* in = nullptr);
+  // The same over chunks [off[c], off[c+1]) (elements; n + 1 offsets), rank r ending with
+  // chunk r + shift: step s (0..n-2) reduces the chunk c it receives into at(s, c), and
+  // sends from there at step s + 1; at(-1, c): where chunk c lies before (read when `in` is null).
+  using ChunkAt = std::function<char*(int step, int chunk)>;
+  Status reduce_scatter_chunks(const std::vector<size_t>& off, int shift, const ChunkAt& at, hvd_dtype_t dtype,
+                               hvd_op_t op, const char* in);
+  Status ring_reducescatter(const Header& h, const char* in, char* out, const std::vector<size_t>& off,
+                            hvd_dtype_t dtype, hvd_op_t op);
+  Status group_reducescatter(const Header& h, const char* in, char* out, const std::vector<size_t>& off,
+                             hvd_dtype_t dtype, hvd_op_t op);
+  Status check_group_notes(unsigned set, const Header& h);
   Status allgather_chunk_steps(char* buf, size_t count, size_t es);
   Status hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
@@ -140,6 +155,7 @@ class Ring {
   std::vector<int> rank_of_;
   HierarchyOptions hier_;
   std::vector<char> gather_scratch_;
+  std::vector<char> chunk_scratch_;  // reducescatter: the chunks passed on, two at a time
   std::unique_ptr<transport::ShmGroup> group_;
   size_t group_max_bytes_ = 0;
   unsigned group_calls_ = 0;  // which of the group's two slot sets the next piece uses

@@ -80,6 +80,19 @@ Status Ring::group_barrier() {
   return {};
 }
 
+// After the barrier of a piece: every rank's note of `set` against ours.
+Status Ring::check_group_notes(unsigned set, const Header& h) {
+  for (int r = 0; r < size_; ++r) {
+    Header theirs;
+    std::memcpy(&theirs, group_->note(set, r), sizeof theirs);
+    if (!(theirs == h))
+      return fail(Error{"rank " + std::to_string(rank_) + " called " + h.describe() + " but rank " + std::to_string(r) +
+                            " called " + theirs.describe(),
+                        HVD_ERR_MISMATCH});
+  }
+  return {};
+}
+
 Status Ring::group_allreduce(const Header& h, const char* in, char* out, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
   if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
   transport::ShmGroup& g = *group_;
@@ -92,14 +105,7 @@ Status Ring::group_allreduce(const Header& h, const char* in, char* out, size_t 
     std::memcpy(g.note(set, rank_), &h, sizeof h);
     if (bytes) std::memcpy(g.slot(set, rank_), in + off * es, bytes);
     if (auto s = group_barrier(); !s) return s;
-    for (int r = 0; r < n; ++r) {
-      Header theirs;
-      std::memcpy(&theirs, g.note(set, r), sizeof theirs);
-      if (!(theirs == h))
-        return fail(Error{"rank " + std::to_string(rank_) + " called " + h.describe() + " but rank " +
-                              std::to_string(r) + " called " + theirs.describe(),
-                          HVD_ERR_MISMATCH});
-    }
+    if (auto s = check_group_notes(set, h); !s) return s;
     char* dst = out + off * es;
     if (static_cast<size_t>(n - 1) * bytes <= opts_.small_bytes) {
       if (bytes) {

@@ -13,7 +13,7 @@ namespace hvdrun {
 
 namespace ring_detail {
 
-enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4 };
+enum Kind : uint8_t { kAllreduce = 1, kBroadcast = 2, kAllgather = 3, kBarrier = 4, kReducescatter = 5 };
 
 inline const char* kind_name(uint8_t k) {
   switch (k) {
@@ -21,6 +21,7 @@ inline const char* kind_name(uint8_t k) {
     case kBroadcast: return "broadcast";
     case kAllgather: return "allgather";
     case kBarrier: return "barrier";
+    case kReducescatter: return "reducescatter";
   }
   return "?";
 }
@@ -39,6 +40,7 @@ using ring_detail::kAllreduce;
 using ring_detail::kBarrier;
 using ring_detail::kBroadcast;
 using ring_detail::kind_name;
+using ring_detail::kReducescatter;
 using ring_detail::mod;
 
 struct Ring::Header {
@@ -50,9 +52,12 @@ struct Ring::Header {
     return seq == o.seq && count == o.count && root == o.root && kind == o.kind && dtype == o.dtype && op == o.op;
   }
   std::string describe() const {
-    std::string s = std::string(ring_detail::kind_name(kind)) + "(count=" + std::to_string(count);
+    // A reducescatter's count is its rows, and root its row_elems (the rows' split depends on both).
+    std::string s = std::string(ring_detail::kind_name(kind)) +
+                    (kind == kReducescatter ? "(rows=" + std::to_string(count) + ", row_elems=" + std::to_string(root)
+                                            : "(count=" + std::to_string(count));
     if (kind != kBarrier) s += std::string(", ") + dtype_name(static_cast<hvd_dtype_t>(dtype));
-    if (kind == kAllreduce) s += std::string(", ") + op_name(static_cast<hvd_op_t>(op));
+    if (kind == kAllreduce || kind == kReducescatter) s += std::string(", ") + op_name(static_cast<hvd_op_t>(op));
     if (kind == kBroadcast) s += ", root=" + std::to_string(root);
     return s + ") #" + std::to_string(seq);
   }

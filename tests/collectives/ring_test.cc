@@ -144,6 +144,36 @@ std::string check_allreduce(Ring& ring, int n, size_t count, hvd_dtype_t t, hvd_
   return "";
 }
 
+// Rank r's share of a reducescatter of `rows` rows: where it starts and how many rows.
+std::pair<size_t, size_t> share_of(int r, int n, size_t rows) {
+  size_t first = 0;
+  for (int p = 0; p < r; ++p) first += rows / n + (static_cast<size_t>(p) < rows % n ? 1 : 0);
+  return {first, rows / n + (static_cast<size_t>(r) < rows % n ? 1 : 0)};
+}
+
+// place: "out" (a buffer of its own, with guard bytes either side that must stay as they
+// were), "own" (recv is this rank's share within send), "front" (recv == send).
+std::string check_reducescatter(Ring& ring, int n, size_t rows, size_t row_elems, hvd_dtype_t t, hvd_op_t op,
+                                const std::string& place) {
+  const size_t es = dtype_size(t), count = rows * row_elems, guard = 64;
+  const auto [first, mine] = share_of(ring.rank(), n, rows);
+  std::vector<char> in(count * es + 1), out(mine * row_elems * es + 2 * guard, '\x5a');
+  for (size_t i = 0; i < count; ++i) store(in.data(), i, t, input_value(ring.rank(), i, n, op));
+  char* dst = place == "own" ? in.data() + first * row_elems * es : place == "front" ? in.data() : out.data() + guard;
+  auto s = ring.reducescatter(in.data(), dst, rows, row_elems, t, op);
+  if (!s) return s.error().message;
+  for (size_t i = 0; i < mine * row_elems; ++i) {
+    double e = expected_value(first * row_elems + i, n, op), g = load(dst, i, t);
+    if (std::fabs(g - e) > tolerance(t, e))
+      return "element " + std::to_string(i) + " of the share: got " + std::to_string(g) + ", expected " +
+             std::to_string(e);
+  }
+  if (place == "out")
+    for (size_t i : {size_t{0}, guard - 1, guard + mine * row_elems * es, out.size() - 1})
+      if (out[i] != '\x5a') return "wrote outside the share, at byte " + std::to_string(i) + " of the output";
+  return "";
+}
+
 struct RingCase {
   int n;
   const char* mode;
@@ -170,6 +200,34 @@ TEST_P(RingAllreduce, EveryDtypeOpCountAndPlacement) {
               return std::string(dtype_name(static_cast<hvd_dtype_t>(t))) + " " + op_name(static_cast<hvd_op_t>(op)) +
                      " count " + std::to_string(c) + (ip ? " in place: " : ": ") + e;
           }
+      }
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+}
+
+// Shares of every size (zero rows on some ranks when rows < n, uneven when rows % n != 0),
+// rows of one and of several elements, every op, in and out of place.
+TEST_P(RingAllreduce, ReducescatterEveryShareOpAndPlacement) {
+  const int n = GetParam().n;
+  RingOptions o;
+  o.segment_bytes = 4096;
+  auto rings = make_rings(n, o, GetParam().mode);
+  const std::vector<size_t> rows = {0, 1, static_cast<size_t>(std::max(n - 1, 1)), static_cast<size_t>(n + 1), 1003,
+                                    (1 << 17) + 3};
+  auto results = on_all(n, [&](int r) -> std::string {
+    for (hvd_dtype_t t : {HVD_INT8, HVD_INT32, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64})
+      for (int op = HVD_OP_SUM; op <= HVD_OP_PRODUCT; ++op) {
+        if (op == HVD_OP_AVERAGE && !dtype_is_float(t)) continue;
+        for (size_t rw : rows)
+          for (size_t row_elems : {size_t{1}, size_t{3}})
+            for (const char* place : {"out", "own", "front"}) {
+              if (rw > 1003 && (row_elems > 1 || std::string(place) != "out")) continue;
+              std::string e = check_reducescatter(*rings[r], n, rw, row_elems, t, static_cast<hvd_op_t>(op), place);
+              if (!e.empty())
+                return std::string(dtype_name(t)) + " " + op_name(static_cast<hvd_op_t>(op)) + " rows " +
+                       std::to_string(rw) + " x " + std::to_string(row_elems) + " (" + place + "): " + e;
+            }
       }
     return "";
   });
@@ -285,11 +343,37 @@ TEST(Ring, MismatchedCountsInTheHostSegmentFailOnEveryRank) {
   EXPECT_NE(results[2].find("but rank 1 called allreduce(count=99"), std::string::npos) << results[2];
 }
 
+// A reducescatter whose rows differ fails like an allreduce, naming both calls: over the
+// ring the right neighbour of the odd one out, through the host's segment every rank.
+TEST(Ring, MismatchedReducescatterRowsFailNamingBothCalls) {
+  for (const char* mode : {"unix", "group"}) {
+    SCOPED_TRACE(mode);
+    const int n = 3;
+    RingOptions o;
+    o.timeout_s = 20;
+    auto rings = make_rings(n, o, mode);
+    auto results = on_all(n, [&](int r) -> std::string {
+      std::vector<float> in(100 * 2, 1.f), out(34 * 2);
+      auto s = rings[r]->reducescatter(in.data(), out.data(), r == 1 ? 99 : 100, 2, HVD_FLOAT32, HVD_OP_SUM);
+      return s ? "ok" : s.error().message;
+    });
+    EXPECT_NE(results[1].find("rank 1 called reducescatter(rows=99, row_elems=2, float32, sum) #"), std::string::npos)
+        << results[1];
+    EXPECT_TRUE(results[2].find("called reducescatter(rows=99") != std::string::npos ||
+                results[2].find("rank 1 (host h) closed") != std::string::npos)
+        << results[2];
+    EXPECT_NE(results[0], "ok");
+  }
+}
+
 class RingDeadPeer : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(RingDeadPeer, FailsFastNamingIt) {
+// Rank 2 of 3 dies while the others run `call` (a large collective): both fail at once
+// naming the peer they lost, and every later call fails too.
+template <class Call>
+void expect_dead_peer_named(const char* mode, Call call) {
   const int n = 3;
-  auto rings = make_rings(n, {}, GetParam());
+  auto rings = make_rings(n, {}, mode);
   const size_t count = 8 << 20;
   auto results = on_all(n, [&](int r) -> std::string {
     if (r == 2) {
@@ -297,7 +381,7 @@ TEST_P(RingDeadPeer, FailsFastNamingIt) {
       return "dead";
     }
     std::vector<float> buf(count, 1.f);
-    auto s = rings[r]->allreduce(buf.data(), buf.data(), count, HVD_FLOAT32, HVD_OP_SUM);
+    auto s = call(*rings[r], buf.data(), count);
     if (s) return "ok";
     auto again = rings[r]->allreduce(buf.data(), buf.data(), 1, HVD_FLOAT32, HVD_OP_SUM);  // later calls fail too
     return s.error().message + (again ? " | later call succeeded" : "");
@@ -310,6 +394,18 @@ TEST_P(RingDeadPeer, FailsFastNamingIt) {
       << results[1];
   EXPECT_EQ(results[1].find("later call succeeded"), std::string::npos);
   EXPECT_EQ(results[0].find("later call succeeded"), std::string::npos);
+}
+
+TEST_P(RingDeadPeer, FailsFastNamingIt) {
+  expect_dead_peer_named(GetParam(), [](Ring& ring, float* buf, size_t count) {
+    return ring.allreduce(buf, buf, count, HVD_FLOAT32, HVD_OP_SUM);
+  });
+}
+
+TEST_P(RingDeadPeer, ReducescatterFailsFastNamingIt) {
+  expect_dead_peer_named(GetParam(), [](Ring& ring, float* buf, size_t count) {
+    return ring.reducescatter(buf, buf + count / 2, count, 1, HVD_FLOAT32, HVD_OP_SUM);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingDeadPeer, ::testing::Values("unix", "shm", "cma", "group", "mixed"));
@@ -460,6 +556,10 @@ TEST_P(RingHierarchy, AllreduceAndAllgatherAreRightAndIdenticalEverywhere) {
         for (size_t i = 0; i < c; ++i)
           if (gout[p * c + i] != p * 1000000 + static_cast<int64_t>(i)) return "allgather block " + std::to_string(p);
     }
+    // A reducescatter takes the flat ring beside the hierarchy.
+    for (size_t rw : {static_cast<size_t>(n + 1), size_t{5003}})
+      if (std::string e = check_reducescatter(*rings[r], n, rw, 3, HVD_FLOAT32, HVD_OP_AVERAGE, "out"); !e.empty())
+        return "reducescatter of " + std::to_string(rw) + " rows: " + e;
     if (auto s = rings[r]->barrier(); !s) return s.error().message;  // the flat ring still works beside
     return "";
   });

@@ -196,14 +196,15 @@ TEST(EngineLaunchTimeline, AJobKilledMidRunStillLeavesALoadableFile) {
 
 // The timeline set for the workers alone (-x, as with mpirun -x HOROVOD_TIMELINE): hvdrun
 // checked and merged only its own environment's, so the ranks' files stayed unmerged and the
-// same command run again failed in hvd_init ("exists already", exit 12).
+// same command run again failed in hvd_init ("exists already", exit 12); and
+// --timeline-mark-cycles said it needed a timeline (exit 2).
 TEST(EngineLaunchTimeline, SetWithXItIsMergedAndTheSameCommandRunsAgain) {
   std::string dir = make_temp_dir();
   for (const char* var : {"HVDRUN_TIMELINE", "HOROVOD_TIMELINE"}) {
     std::string path = dir + "/" + var + ".json";
     for (int round = 0; round < 2; ++round) {
-      auto o = run({kHvdrun, "-np", "2", "-x", std::string(var) + "=" + path, "-x", "HVDRUN_TIMELINE_MARK_CYCLES=1",
-                    kEngine, "steps", "2"},
+      auto o = run({kHvdrun, "-np", "2", "-x", std::string(var) + "=" + path, "--timeline-mark-cycles", kEngine,
+                    "steps", "2"},
                    120);
       ASSERT_FALSE(o.timed_out);
       ASSERT_EQ(o.exit_code, 0) << var << " round " << round << ": " << o.err;

@@ -56,7 +56,7 @@ std::string worker_tunable(const std::map<std::string, std::string>& launcher_en
   if (auto v = value_of(env)) return *v;
   if (t && !t->horovod.empty())
     if (auto v = value_of(t->horovod)) return *v;
-  return "";
+  return t ? std::string(t->default_value) : "";
 }
 
 std::map<std::string, std::string> environ_to_map(char** envp) {

@@ -53,7 +53,8 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
 
 // What the workers see of tunable `env` (common/tunables.cc; our spelling when set, else
 // Horovod's), from the launcher's environment and the overrides (-x, and the flags that
-// set workers' variables, such as --timeline-filename): "" when neither sets it.
+// set workers' variables, such as --timeline-filename); the table's default when neither
+// sets it.
 std::string worker_tunable(const std::map<std::string, std::string>& launcher_env,
                            const std::vector<EnvOverride>& overrides, std::string_view env);
 

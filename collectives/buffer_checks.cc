@@ -137,6 +137,13 @@ static Result<size_t> row_bytes(const char* what, size_t rows, size_t row_elems,
   return fit(what, "row_elems", row_elems, dtype_size(dtype), "a row", nullptr, elements(dtype));
 }
 
+// One row from each of `size` ranks, in bytes: SIZE_MAX when that wraps (no buffer holds
+// even one such unit, so fit refuses it).
+static size_t from_every_rank(size_t row_bytes, int size) {
+  size_t bytes;
+  return __builtin_mul_overflow(row_bytes, static_cast<size_t>(size), &bytes) ? SIZE_MAX : bytes;
+}
+
 Status check_allgather_buffers(const char* what, const void* send, const void* recv, size_t rows, size_t row_elems,
                                hvd_dtype_t dtype, int rank, int size) {
   const bool gather = recv != nullptr;  // hvd_allgather: its rows are elements
@@ -147,7 +154,7 @@ Status check_allgather_buffers(const char* what, const void* send, const void* r
   auto s = fit(what, name, rows, *row, "sendbuf", send, unit);
   if (!s) return s.error();
   const std::string each = fmt::format("{} from each of {} ranks", unit, size);
-  auto all = fit(what, name, rows, *row * static_cast<size_t>(size), recv ? "recvbuf" : "the output", recv, each);
+  auto all = fit(what, name, rows, from_every_rank(*row, size), recv ? "recvbuf" : "the output", recv, each);
   if (!all) return all.error();
   if (!recv || send == static_cast<const char*>(recv) + *s * static_cast<size_t>(rank)) return {};  // its own block
   return check_apart(what, {{"sendbuf", "recvbuf", send, *s, recv, *all}});
@@ -171,7 +178,7 @@ Status check_alltoall_buffers(const char* what, const void* send, size_t rows, s
   auto s = fit(what, "rows", rows, *row, "sendbuf", send, rows_of(row_elems, dtype));
   if (!s) return s.error();
   // What one rank receives is at most what every rank sends: bounded like an allgather's.
-  auto all = fit(what, "rows", rows, *row * static_cast<size_t>(size), "the output", nullptr,
+  auto all = fit(what, "rows", rows, from_every_rank(*row, size), "the output", nullptr,
                  rows_of(row_elems, dtype) + fmt::format(" from each of {} ranks", size));
   return all ? Status{} : Status{all.error()};
 }

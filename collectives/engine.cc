@@ -387,23 +387,19 @@ Result<hvd_handle_t> Engine::submit(Request r) {
       if (!fatal.empty() && opts_.on_fatal) opts_.on_fatal(fatal);
       return e;
     }
-    if (auto head = local_.find(r.spec.name); head != local_.end()) {
-      if (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second))
-        return refuse_duplicate(std::move(r));
-      // Only refusals are pending under the name: this request pairs after them.
-      op = std::make_shared<Op>();
-      op->handle = next_handle_++;
-      op->req = std::move(r);
-      op->submitted = now_s();
-      ops_[op->handle] = op;
-      behind_[op->req.spec.name].push_back(op);
-      return op->handle;
-    }
+    const auto head = local_.find(r.spec.name);
+    if (head != local_.end() && (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second)))
+      return refuse_duplicate(std::move(r));
     op = std::make_shared<Op>();
     op->handle = next_handle_++;
     op->req = std::move(r);
     op->submitted = now_s();
     ops_[op->handle] = op;
+    if (head != local_.end()) {
+      // Only refusals are pending under the name: this request pairs after them.
+      behind_[op->req.spec.name].push_back(op);
+      return op->handle;
+    }
     local_[op->req.spec.name] = op;
     queue_.push_back(op);
     if (opts_.timeline) opts_.timeline->phase(op->req.spec.name, "QUEUE");
@@ -1545,20 +1541,16 @@ void Engine::fail_all(const Error& e) {
     broken_reason_ = e.message;
     broken_code_ = e.code;
   }
-  std::string prefix = "rank " + std::to_string(opts_.rank) + ": ";
-  for (auto& [name, op] : local_) {
-    op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
-    op->done = true;
-  }
-  for (auto& op : queue_) {
-    op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
-    op->done = true;
-  }
+  const std::string prefix = "rank " + std::to_string(opts_.rank) + ": ";
+  const Error failed{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+  auto fail = [&](Op& op) {
+    op.status = failed;
+    op.done = true;
+  };
+  for (auto& [name, op] : local_) fail(*op);
+  for (auto& op : queue_) fail(*op);
   for (auto& [name, later] : behind_)
-    for (auto& op : later) {
-      op->status = Error{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
-      op->done = true;
-    }
+    for (auto& op : later) fail(*op);
   local_.clear();
   behind_.clear();
   queue_.clear();

@@ -151,10 +151,11 @@ int run_job(const LaunchOptions& opts, char** envp) {
     return fail(error_of(ErrorKind::kResourceLimit, st.error().message));
 
   // The timeline's paths, before anything starts: nothing there is followed or overwritten.
-  const std::string timeline = opts.timeline_file.empty() ? tunable_string("HVDRUN_TIMELINE") : opts.timeline_file;
+  // The file is the one the workers write (-x may set it for them alone).
+  const std::string timeline = worker_tunable(launcher_env, plan->env_overrides, "HVDRUN_TIMELINE");
   if (!timeline.empty())
     if (auto st = check_timeline_path(timeline, static_cast<int>(plan->ranks.size()),
-                                      opts.timeline_file.empty() ? "HVDRUN_TIMELINE" : "--timeline-filename");
+                                      timeline == opts.timeline_file ? "--timeline-filename" : "HVDRUN_TIMELINE");
         !st)
       return fail(st.error());
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -484,7 +485,13 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
     o.env.insert(o.env.begin(), "HVDRUN_TIMELINE=" + o.timeline_file);
   }
   if (mark_cycles) {
-    if (o.timeline_file.empty() && tunable_string("HVDRUN_TIMELINE").empty())
+    // (or a timeline set for the workers alone: -x HVDRUN_TIMELINE=FILE, HOROVOD_TIMELINE=FILE)
+    auto x_sets = [&](const std::string& var) {
+      return std::any_of(o.env.begin(), o.env.end(),
+                         [&](const std::string& e) { return e.size() > var.size() + 1 && e.rfind(var + "=", 0) == 0; });
+    };
+    if (o.timeline_file.empty() && tunable_string("HVDRUN_TIMELINE").empty() && !x_sets("HVDRUN_TIMELINE") &&
+        !x_sets("HOROVOD_TIMELINE"))
       return error_of(ErrorKind::kUsage, "--timeline-mark-cycles needs --timeline-filename FILE (or HVDRUN_TIMELINE)");
     o.env.insert(o.env.begin(), "HVDRUN_TIMELINE_MARK_CYCLES=1");
   }

@@ -2,9 +2,11 @@
 
 #include <cctype>
 #include <cstdio>
+#include <optional>
 
 #include "launcher/exit_status.h"
 #include "common/strings.h"
+#include "common/tunables.h"
 
 namespace hvdrun {
 namespace {
@@ -39,6 +41,22 @@ Result<std::vector<EnvOverride>> parse_env_overrides(const std::vector<std::stri
     out.push_back(std::move(o));
   }
   return out;
+}
+
+std::string worker_tunable(const std::map<std::string, std::string>& launcher_env,
+                           const std::vector<EnvOverride>& overrides, std::string_view env) {
+  auto value_of = [&](std::string_view name) -> std::optional<std::string> {
+    std::optional<std::string> v;
+    if (auto it = launcher_env.find(std::string(name)); it != launcher_env.end()) v = it->second;
+    for (const auto& o : overrides)  // (in order: the last one wins)
+      if (o.name == name) v = o.value;
+    return v;
+  };
+  const Tunable* t = find_tunable(env);
+  if (auto v = value_of(env)) return *v;
+  if (t && !t->horovod.empty())
+    if (auto v = value_of(t->horovod)) return *v;
+  return t ? std::string(t->default_value) : "";
 }
 
 std::map<std::string, std::string> environ_to_map(char** envp) {

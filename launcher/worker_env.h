@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -49,6 +50,13 @@ std::map<std::string, std::string> environ_to_map(char** envp);
 std::map<std::string, std::string> build_worker_env(const std::map<std::string, std::string>& launcher_env,
                                                     const std::vector<EnvOverride>& overrides, const JobEnv& job,
                                                     const RankInfo& rank, int group_rank);
+
+// What the workers see of tunable `env` (common/tunables.cc; our spelling when set, else
+// Horovod's), from the launcher's environment and the overrides (-x, and the flags that
+// set workers' variables, such as --timeline-filename); the table's default when neither
+// sets it.
+std::string worker_tunable(const std::map<std::string, std::string>& launcher_env,
+                           const std::vector<EnvOverride>& overrides, std::string_view env);
 
 std::vector<std::string> env_to_strings(const std::map<std::string, std::string>& env);
 

@@ -81,6 +81,22 @@ TEST(BufferChecks, CountsThatDoNotFitBelowTheTopOfTheAddressSpaceAreRefused) {
   EXPECT_TRUE(check_allgather_buffers("a", nullptr, nullptr, 0, 7, HVD_FLOAT64, 0, 3));
 }
 
+// A row's bytes times size() wrapped to 0 (a row of 2^55 bytes, 512 ranks): the bound on
+// what every rank sends together let any row size through in a job of 256 ranks or more.
+TEST(BufferChecks, ARowTimesTheRanksThatWrapsIsRefused) {
+  char x = 0;
+  const size_t row = size_t{1} << 55;
+  auto s = check_allgather_buffers("hvd_allgatherv_async", &x, nullptr, 1, row, HVD_INT8, 0, 512);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(s.error().message.find("from each of 512 ranks"), std::string::npos) << s.error().message;
+  s = check_alltoall_buffers("hvd_alltoall", &x, 1, row, nullptr, HVD_INT8, 512);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("from each of 512 ranks"), std::string::npos) << s.error().message;
+  // Not wrapped: the same row in 2 ranks fits.
+  EXPECT_TRUE(check_allgather_buffers("hvd_allgatherv_async", &x, nullptr, 1, row, HVD_INT8, 0, 2));
+}
+
 TEST(BufferChecks, SplitsWhoseSumWrapsAreRefused) {
   int x = 0;
   size_t splits[3] = {size_t{1} << 63, size_t{1} << 63, 5};  // add up to 5 if wrapped

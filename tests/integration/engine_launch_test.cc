@@ -194,6 +194,28 @@ TEST(EngineLaunchTimeline, AJobKilledMidRunStillLeavesALoadableFile) {
   std::remove(path.c_str());
 }
 
+// The timeline set for the workers alone (-x, as with mpirun -x HOROVOD_TIMELINE): hvdrun
+// checked and merged only its own environment's, so the ranks' files stayed unmerged and the
+// same command run again failed in hvd_init ("exists already", exit 12); and
+// --timeline-mark-cycles said it needed a timeline (exit 2).
+TEST(EngineLaunchTimeline, SetWithXItIsMergedAndTheSameCommandRunsAgain) {
+  std::string dir = make_temp_dir();
+  for (const char* var : {"HVDRUN_TIMELINE", "HOROVOD_TIMELINE"}) {
+    std::string path = dir + "/" + var + ".json";
+    for (int round = 0; round < 2; ++round) {
+      auto o = run({kHvdrun, "-np", "2", "-x", std::string(var) + "=" + path, "--timeline-mark-cycles", kEngine,
+                    "steps", "2"},
+                   120);
+      ASSERT_FALSE(o.timed_out);
+      ASSERT_EQ(o.exit_code, 0) << var << " round " << round << ": " << o.err;
+      check_trace(path, 2, true);
+      for (int r = 0; r < 2; ++r)
+        EXPECT_NE(access((path + ".rank" + std::to_string(r)).c_str(), F_OK), 0) << var << ": merged away";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 30.2: a symbolic link (to a file of the user's) or an earlier job's file at a rank's
 // path is refused before anything starts, naming it, and nothing is overwritten (rank 0
 // truncated the link's target, exit 0, no word). A directory as the path (30.4) likewise.

@@ -146,3 +146,21 @@ TEST(WorkerEnv, PrecedenceXThenUserThenDefaults) {
 }
 
 }  // namespace hvdrun
+
+namespace hvdrun {
+
+// What the workers see of a tunable, as hvdrun resolves it for the timeline it checks and
+// merges: -x (the last one) over hvdrun's environment, our spelling over Horovod's.
+TEST(WorkerEnv, WorkerTunableIsWhatTheWorkersSee) {
+  std::map<std::string, std::string> launcher{{"HOROVOD_TIMELINE", "/h.json"}};
+  EXPECT_EQ(worker_tunable(launcher, {}, "HVDRUN_TIMELINE"), "/h.json");
+  EXPECT_EQ(worker_tunable({}, {}, "HVDRUN_TIMELINE"), "");
+  std::vector<EnvOverride> x{{"HVDRUN_TIMELINE", "/a.json"}, {"HVDRUN_TIMELINE", "/b.json"}};
+  EXPECT_EQ(worker_tunable(launcher, x, "HVDRUN_TIMELINE"), "/b.json");
+  EXPECT_EQ(worker_tunable({}, {{"HOROVOD_TIMELINE", "rel.json"}}, "HVDRUN_TIMELINE"), "rel.json");
+  // Ours set to "" (even by -x) turns it off, as tunable_if_set does in the workers.
+  EXPECT_EQ(worker_tunable(launcher, {{"HVDRUN_TIMELINE", ""}}, "HVDRUN_TIMELINE"), "");
+  EXPECT_EQ(worker_tunable({}, {}, "HVDRUN_STALL_CHECK_TIME_SECONDS"), "60");
+}
+
+}  // namespace hvdrun

@@ -567,6 +567,28 @@ TEST(HorovodHttp, HalfSentBodiesHoldRoomInTheBound) {
   EXPECT_EQ(request_until(sv, full, 200), 200);
 }
 
+// Every byte the half-sent bodies held comes back once their connections drop (the test
+// above needs only one value's room of it): the store then takes as many whole values as a
+// fresh one (3 of 1 MiB in 4 MiB), and refuses the next.
+TEST(HorovodHttp, DroppedHalfSentBodiesGiveAllTheirRoomBack) {
+  HorovodServing hs;
+  hs.limits.max_value_bytes = 1 << 20;
+  hs.limits.max_total_bytes = 4 << 20;
+  hs.request_timeout = 60;
+  Served sv(1, hs);
+  std::vector<UniqueFd> half;
+  for (int i = 0; i < 3; ++i) {
+    half.push_back(connect_from(sv.server->horovod_port()));
+    send_all(half.back().get(), "PUT /x/h" + std::to_string(i) + " HTTP/1.1\r\nContent-Length: 1048576\r\n\r\nabc");
+  }
+  EXPECT_EQ(sv.request(horovod_request("GET", "/x/h0")).status, 404);  // after their headers
+  half.clear();
+  const std::string value(1 << 20, 'v');
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(request_until(sv, horovod_request("PUT", "/x/v" + std::to_string(i), value), 200), 200) << "value " << i;
+  EXPECT_EQ(sv.request(horovod_request("PUT", "/x/v3", value)).status, 507);
+}
+
 // A value still being sent to a client that does not read stays counted after a PUT
 // replaced it; once the client goes, its room is given back.
 TEST(HorovodHttp, ValuesBeingSentHoldRoomInTheBound) {

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -622,15 +623,21 @@ TEST(RendezvousServer, AClientThatNeverReadsDoesNotStopTheOthers) {
   std::string get = encode_frame(MsgType::kGet, encode_string("v"));
   std::string many;
   for (int i = 0; i < 300; ++i) many += get;
-  ASSERT_LT(many.size(), 8192u);  // one read of the session's buffer takes them all
+  ASSERT_LT(many.size(), 8192u);  // one write, one read of the session's buffer takes them all
   ASSERT_TRUE(reset_peak_rss());
   long before = peak_rss_kib();
   ASSERT_EQ(write(s.fd.get(), many.data(), many.size()), static_cast<ssize_t>(many.size()));
-  // The requests were in the server's socket before the job's clients connected: the
-  // server's one thread reads them (and, unbounded, answered all 300 in that one handler)
-  // before it can complete the job's barrier. The peak resident size keeps what it held.
+  // The first answer arriving says the server read the requests; it handles all it will of
+  // one read in one handler on its one thread (unbounded, it answered all 300 there), so
+  // the job's round trips after it come after that handler.
+  auto deadline = in(10);
+  int unread = 0;
+  while ((ioctl(s.fd.get(), FIONREAD, &unread) != 0 || unread == 0) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GT(unread, 0) << "no answer came";
   f.run_job(2);
-  // 300 answers of 1 MiB are 300 MiB; the server holds at most a few of them.
+  // 300 answers of 1 MiB are 300 MiB; the server holds at most a few of them. The peak
+  // resident size keeps what it held.
   EXPECT_LT(peak_rss_kib() - before, 100 * 1024) << "the unread answers grew the server";
 }
 

@@ -34,13 +34,13 @@ struct TempDir {
   }
 };
 
-// Everything on `fd` until EOF, or "" after 10 s.
+// Everything on `fd` until EOF (what came within 10 s, and a note saying so).
 std::string read_all(int fd) {
   std::string out;
   char buf[4096];
   while (true) {
     pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 10000) <= 0) return out;
+    if (poll(&p, 1, 10000) <= 0) return out + "<no EOF within 10 s>";
     ssize_t n = read(fd, buf, sizeof buf);
     if (n <= 0) return out;
     out.append(buf, static_cast<size_t>(n));

@@ -478,23 +478,6 @@ TEST(Ring, SilentPeerTimesOut) {
   EXPECT_NE(s.error().message.find("no progress with rank 1 (host h)"), std::string::npos) << s.error().message;
 }
 
-TEST(HostLayout, HostsInFirstRankOrderLocalIndicesInRankOrder) {
-  auto h = host_layout({"a", "a", "b", "b", "c", "c"});
-  EXPECT_EQ(h.hosts, 3);
-  EXPECT_EQ(h.per_host, 2);
-  EXPECT_EQ(h.rank_of, (std::vector<int>{0, 1, 2, 3, 4, 5}));
-  // Interleaved ranks (a -H a:1,b:1 twice, or a host file listing a host twice).
-  h = host_layout({"b", "a", "b", "a"});
-  EXPECT_EQ(h.hosts, 2);
-  EXPECT_EQ(h.per_host, 2);
-  EXPECT_EQ(h.rank_of, (std::vector<int>{0, 2, 1, 3}));
-  EXPECT_EQ(h.host_of, (std::vector<int>{0, 1, 0, 1}));
-  EXPECT_EQ(h.local_of, (std::vector<int>{0, 0, 1, 1}));
-  h = host_layout({"a", "a", "b"});
-  EXPECT_EQ(h.per_host, 0);  // not homogeneous: no hierarchy
-  EXPECT_TRUE(h.rank_of.empty());
-}
-
 // Hierarchical collectives with ranks as threads: hosts x per_host ranks, local rings over
 // shared memory, cross rings over TCP, the global ring mixed (the flat fallback).
 struct HierCase {

@@ -122,13 +122,11 @@ class CollectivesLaunchFailuresShm : public ::testing::TestWithParam<const char*
 
 TEST_P(CollectivesLaunchFailuresShm, SurvivorsNameTheKilledLocalPeer) {
   const bool group = std::string(GetParam()) == "auto";
-  // The survivors ignore hvdrun's SIGTERM: each must fail on its own, long before the
-  // 30 s kill grace would end it.
-  auto t0 = std::chrono::steady_clock::now();
+  // The survivors ignore hvdrun's SIGTERM: each must fail on its own (and say so, below),
+  // before the 30 s kill grace would end it silently.
   auto o = run({kHvdrun, "-np", "3", "--kill-grace", "30", kColl, "die-stay"}, 120,
                {{"HVDRUN_SHM_ALLREDUCE_BYTES", GetParam()}});
   ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20)) << o.err;
   EXPECT_NE(o.exit_code, 0);
   // Every survivor names rank 1: directly (it waited on rank 1 in the segment's barrier or
   // on its ring), or through the neighbour that gave up on rank 1 first and closed its

@@ -181,16 +181,16 @@ TEST(HostList, SlotTotalsAreSummedIn64BitsAndBounded) {
 }
 
 // Issue 16.11: a 100,000-line host file took 10.4 s (add_host scanned the list per line).
-TEST(HostFile, ParsesInLinearTime) {
+// The time per line is bench/hostfile_bench.cc's figure; here, what such a file gives.
+TEST(HostFile, AHundredThousandLinesAreEachOneHost) {
   std::string text;
   for (int i = 0; i < 100000; ++i) text += "node" + std::to_string(i) + " slots=2\n";
-  auto start = std::chrono::steady_clock::now();
+  text += "node0 slots=3\n";  // the first host again, 100,000 lines later: its slots add up
   auto r = parse_hostfile_text(text, "big");
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->size(), 100000u);
+  EXPECT_EQ(r->front(), (HostSlots{"node0", 5}));
   EXPECT_EQ(r->back(), (HostSlots{"node99999", 2}));
-  EXPECT_LT(s, 2.0) << "100,000 lines took " << s << " s";
 }
 
 TEST(HostFile, ByteOrderMarkIsSkippedAndBinaryIsQuoted) {
@@ -217,13 +217,11 @@ TEST(HostFile, OnlyRegularFilesWithinTheBound) {
       {"/dev/zero", "host file '/dev/zero': is a character device; expected a regular file"},
       {"/dev/null", "is a character device"},
   };
-  for (const auto& c : cases) {
-    auto start = std::chrono::steady_clock::now();
+  for (const auto& c : cases) {  // refused by its type, before a byte is read
     auto r = read_hostfile(c.path);
     ASSERT_FALSE(r.ok()) << c.path;
     EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
     EXPECT_EQ(r.error().code, 2);
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   }
   std::string fifo = d.path + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "launcher/output_sink.h"
-
 namespace hvdrun {
 
 std::vector<std::string> lines_of(std::string_view s) {
@@ -28,13 +26,6 @@ TEST(LineSplitter, VeryLongLineIsPassedOnInPieces) {
   auto out = sp.feed(big);
   EXPECT_EQ(out.size(), big.size() + 1);
   EXPECT_EQ(out.back(), '\n');
-}
-
-TEST(OutputTag, Prefix) {
-  EXPECT_EQ(tag_line_prefix(3, StreamKind::kStdout, false), "[3]<stdout>:");
-  EXPECT_EQ(tag_line_prefix(12, StreamKind::kStderr, false), "[12]<stderr>:");
-  std::string ts = tag_line_prefix(0, StreamKind::kStdout, true);
-  EXPECT_EQ(ts.size(), std::string("2026-12-02 12:00:00.000 [0]<stdout>:").size()) << ts;
 }
 
 }  // namespace hvdrun

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -112,6 +113,18 @@ void wait_rejected(Server& s, int n) {
   while (s.rejected() < n && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
+// Waits (at most 10 s) until `count()` reaches `n`; false if it never does.
+template <class Count>
+bool wait_count(Count count, int n) {
+  auto deadline = in(10);
+  while (count() < n)
+    if (Clock::now() >= deadline) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return true;
+}
+bool wait_registered(Server& s, int n) { return wait_count([&] { return s.registered(); }, n); }
+bool wait_waiting(Server& s, int n) { return wait_count([&] { return s.waiting(); }, n); }
+
 }  // namespace
 
 TEST(RendezvousServer, JobCompletesAndNeighboursAreRight) {
@@ -174,7 +187,7 @@ TEST(RendezvousServer, DuplicateAndOutOfRangeRanksAreRefused) {
   Fixture f(2);
   Client a = f.connect();
   auto reg_a = std::async(std::launch::async, [&] { return a.register_rank({0, 2, "h", "127.0.0.1", 1}, in(10)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_registered(*f.server, 1));  // rank 0 from host h first, then the duplicate
   Client dup = f.connect();
   auto d = dup.register_rank({0, 2, "h2", "127.0.0.1", 2}, in(10));
   ASSERT_FALSE(d.ok());
@@ -235,7 +248,7 @@ TEST(RendezvousServer, NcclUniqueIdRelay) {
       auto v = c.get(kNcclUniqueIdKey);
       return v ? *v : "get: " + v.error().message;
     }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_waiting(*f.server, n - 1));  // every other rank waits before the root sets
   Client root = f.connect();
   ASSERT_TRUE(root.set(kNcclUniqueIdKey, uid).ok());
   for (auto& g : got) EXPECT_EQ(g.get(), uid);
@@ -280,7 +293,7 @@ TEST(RendezvousServer, BarrierWaitsForEveryPartyAndTimesOut) {
   EXPECT_EQ(t.error().code, ETIMEDOUT);
   Client b = f.connect(), c = f.connect();
   auto first = std::async(std::launch::async, [&] { return b.barrier("pair", 2, 10); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_waiting(*f.server, 1));
   EXPECT_EQ(first.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout) << "returned before the 2nd";
   ASSERT_TRUE(c.barrier("pair", 2, 10).ok());
   EXPECT_TRUE(first.get().ok());
@@ -301,7 +314,7 @@ TEST(RendezvousServer, DroppedConnectionIsAnErrorNotAHang) {
   auto f = std::make_unique<Fixture>(2);
   Client c = f->connect();
   auto waiting = std::async(std::launch::async, [&] { return c.wait({"never"}, 30); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(wait_waiting(*f->server, 1));  // the wait is on the server when it goes
   f.reset();  // hvdrun goes away
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   auto s = waiting.get();
@@ -425,14 +438,23 @@ struct RawSession {
   }
 };
 
-long rss_kib() {
+// The process's peak resident size (VmHWM) since the last reset_peak_rss(), in KiB.
+long peak_rss_kib() {
   FILE* f = fopen("/proc/self/status", "r");
   char line[256];
   long kib = 0;
   while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
   if (f) fclose(f);
   return kib;
+}
+
+// Resets VmHWM to the current resident size (proc(5), /proc/PID/clear_refs "5").
+bool reset_peak_rss() {
+  FILE* f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  bool ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok;
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -601,12 +623,22 @@ TEST(RendezvousServer, AClientThatNeverReadsDoesNotStopTheOthers) {
   std::string get = encode_frame(MsgType::kGet, encode_string("v"));
   std::string many;
   for (int i = 0; i < 300; ++i) many += get;
-  long before = rss_kib();
+  ASSERT_LT(many.size(), 8192u);  // one write, one read of the session's buffer takes them all
+  ASSERT_TRUE(reset_peak_rss());
+  long before = peak_rss_kib();
   ASSERT_EQ(write(s.fd.get(), many.data(), many.size()), static_cast<ssize_t>(many.size()));
+  // The first answer arriving says the server read the requests; it handles all it will of
+  // one read in one handler on its one thread (unbounded, it answered all 300 there), so
+  // the job's round trips after it come after that handler.
+  auto deadline = in(10);
+  int unread = 0;
+  while ((ioctl(s.fd.get(), FIONREAD, &unread) != 0 || unread == 0) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GT(unread, 0) << "no answer came";
   f.run_job(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  // 300 answers of 1 MiB are 300 MiB; the server holds at most a few of them.
-  EXPECT_LT(rss_kib() - before, 100 * 1024) << "the unread answers grew the server";
+  // 300 answers of 1 MiB are 300 MiB; the server holds at most a few of them. The peak
+  // resident size keeps what it held.
+  EXPECT_LT(peak_rss_kib() - before, 100 * 1024) << "the unread answers grew the server";
 }
 
 namespace {

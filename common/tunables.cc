@@ -122,6 +122,9 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_LIBRARY", "", TunableUse::kWorker,
      "Python package hvdrun (hvdrun.torch, hvdrun.numpy): path of the libhvdrun.so to load; "
      "empty: the one installed with the package."},
+    {"HOROVOD_ELASTIC", "", TunableUse::kWorker,
+     "Horovod's: 1 (set by horovodrun's elastic mode): hvdrun.torch's DistributedOptimizer registers "
+     "its gradient hooks even in a job of one rank."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},

@@ -20,6 +20,7 @@ import os
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from hvdrun import _env
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
 
 # Error codes, dtypes and ops as in hvdrun.h (tests/python/test_capi_constants.py holds them equal).
@@ -114,7 +115,7 @@ def _candidates() -> List[str]:
 
 
 def _load() -> Tuple[ctypes.CDLL, str]:
-    env = os.environ.get("HVDRUN_LIBRARY", "")
+    env = _env.library()
     if env:
         try:
             return ctypes.CDLL(env), env

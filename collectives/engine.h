@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun {
@@ -72,9 +73,10 @@ struct Request {
 
 struct EngineOptions {
   int rank = 0, size = 1;
-  double cycle_ms = 1;           // HVDRUN_CYCLE_TIME: pause between cycles that changed nothing
-  size_t fusion_bytes = 64 << 20;  // HVDRUN_FUSION_THRESHOLD, 0: no fusion
-  size_t cache_capacity = 1024;  // HVDRUN_CACHE_CAPACITY, 0: no cache
+  // The tunables' defaults (common/tunables.cc); the runtime sets them from the environment.
+  double cycle_ms = tunable_default("HVDRUN_CYCLE_TIME");  // pause between cycles that changed nothing
+  size_t fusion_bytes = static_cast<size_t>(tunable_default("HVDRUN_FUSION_THRESHOLD"));  // 0: no fusion
+  size_t cache_capacity = static_cast<size_t>(tunable_default("HVDRUN_CACHE_CAPACITY"));  // 0: no cache
   // A host allreduce of which each rank receives at most this many bytes from the others
   // (in all, at most 4 times it a cycle) travels with the negotiation message: every rank
   // reduces it from the messages, one exchange and no ring. 0: never (tests of the ring and
@@ -84,8 +86,8 @@ struct EngineOptions {
   // (a loop of blocking calls comes straight back); a request submitted meanwhile that
   // nobody waits for or polls starts at its end at the latest.
   std::chrono::microseconds park_idle{1000};
-  double stall_check_s = 60;     // HVDRUN_STALL_CHECK_TIME_SECONDS, 0: off
-  double stall_shutdown_s = 0;   // HVDRUN_STALL_SHUTDOWN_TIME_SECONDS, 0: never
+  double stall_check_s = tunable_default("HVDRUN_STALL_CHECK_TIME_SECONDS");  // 0: off
+  double stall_shutdown_s = tunable_default("HVDRUN_STALL_SHUTDOWN_TIME_SECONDS");  // 0: never
   std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)
   // Device collectives, made on first use (on every rank at the same response).
   std::function<Result<GpuCollectives*>()> gpu;

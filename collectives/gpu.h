@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
 
 namespace hvdrun {
@@ -38,7 +39,7 @@ struct GpuSetup {
   int rank = 0, size = 1, local_rank = 0;
   rdv::Client* client = nullptr;  // null only in a job of one
   Ring* ring = nullptr;           // the CPU ring, for staging
-  double timeout_s = 60;          // HVDRUN_TIMEOUT
+  double timeout_s = tunable_default("HVDRUN_TIMEOUT");
   int generation = 0;             // which communicator of this process (the id's key)
   std::function<void(const std::string&)> on_fatal;  // told a time-out before returning
 };

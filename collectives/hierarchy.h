@@ -42,7 +42,7 @@ struct HierarchySetup {
   int rank = 0, size = 1;
   transport::PairOptions pairs;
   RingOptions ring;
-  double timeout_s = 60;
+  double timeout_s = tunable_default("HVDRUN_TIMEOUT");
 };
 
 // Called by every rank of a job on several hosts (all or none must call it): asks the

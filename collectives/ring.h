@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
 #include "transport/pair.h"
 #include "transport/shm_group.h"
@@ -20,10 +21,11 @@
 namespace hvdrun {
 
 struct RingOptions {
-  double timeout_s = 60;          // HVDRUN_TIMEOUT
-  int spin_us = 50;                   // HVDRUN_SPIN_US
+  // The tunables' defaults (common/tunables.cc); the runtime sets them from the environment.
+  double timeout_s = tunable_default("HVDRUN_TIMEOUT");
+  int spin_us = static_cast<int>(tunable_default("HVDRUN_SPIN_US"));
   bool spin_yields = true;            // false: this rank has a core of its own (bound, not oversubscribed)
-  size_t segment_bytes = 256 << 10;   // HVDRUN_SEGMENT_BYTES
+  size_t segment_bytes = static_cast<size_t>(tunable_default("HVDRUN_SEGMENT_BYTES"));
   size_t small_bytes = 64 << 10;     // one-pass allreduce while (n-1) x its bytes are at most this
 };
 

@@ -158,14 +158,6 @@ Status Runtime::init() {
   return {};
 }
 
-// HVDRUN_SPIN_US; "auto": 20 ms. Past the spin a rank sleeps on a futex or in poll().
-int spin_microseconds(int local_ranks) {
-  (void)local_ranks;
-  std::string v = tunable_string("HVDRUN_SPIN_US");
-  if (v == "auto") return 20000;
-  return static_cast<int>(tunable_int("HVDRUN_SPIN_US"));
-}
-
 // A rank spins without yielding only when it has a core of its own: bound to one CPU (by
 // mpirun-style binding, taskset, a batch system) and this host's ranks fit its cores.
 // Otherwise the spin yields at each turn, so that it never keeps the peer it waits for off
@@ -180,14 +172,14 @@ bool spin_yields(int local_ranks) {
 // HVDRUN_SHM_ALLREDUCE_BYTES; "auto": no limit from 3 ranks on, never with 2 (their ring is
 // one hop each way: the segment's copy in, reduce and copy out only add work).
 size_t shm_allreduce_bytes(int ranks) {
-  if (tunable_string("HVDRUN_SHM_ALLREDUCE_BYTES") == "auto") return ranks >= 3 ? SIZE_MAX : 0;
+  if (tunable_is_auto("HVDRUN_SHM_ALLREDUCE_BYTES")) return ranks >= 3 ? SIZE_MAX : 0;
   return static_cast<size_t>(tunable_int("HVDRUN_SHM_ALLREDUCE_BYTES"));
 }
 
 Status Runtime::connect_ring() {
   RingOptions ro;
   ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
-  ro.spin_us = spin_microseconds(view_.local_size);
+  ro.spin_us = static_cast<int>(tunable_int("HVDRUN_SPIN_US"));  // past it a rank sleeps (futex, poll())
   ro.spin_yields = spin_yields(view_.local_size);
   ro.segment_bytes = static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SEGMENT_BYTES")));
   if (view_.size == 1) {

@@ -146,7 +146,6 @@ class Runtime {
   Result<bool> on_device(const char* what, const void* a, const void* b);
 };
 
-int spin_microseconds(int local_ranks);
 // The largest allreduce that goes through the host's shared segment, in a one-host job of
 // `ranks` (HVDRUN_SHM_ALLREDUCE_BYTES).
 size_t shm_allreduce_bytes(int ranks);

@@ -12,14 +12,17 @@ namespace {
 constexpr Tunable kTable[] = {
     // Launcher side.
     {"HVDRUN_START_TIMEOUT", "30", TunableUse::kLauncher,
-     "Seconds for every rank to reach the rendezvous (--start-timeout)."},
+     "Seconds for every rank to reach the rendezvous (--start-timeout).", "",
+     {0.001, 1e7, "seconds"}},
     {"HVDRUN_KILL_GRACE", "5", TunableUse::kLauncher,
-     "Seconds between SIGTERM and SIGKILL when a job is torn down (--kill-grace)."},
+     "Seconds between SIGTERM and SIGKILL when a job is torn down (--kill-grace).", "",
+     {0, 1e7, "seconds"}},
     {"HVDRUN_LOG_LEVEL", "warn", TunableUse::kLauncher,
      "hvdrun's log level: trace, debug, info, warn, error, critical, off (--log-level)."},
     {"HVDRUN_HEARTBEAT_TIMEOUT", "30", TunableUse::kLauncher,
      "Seconds of silence after which hvdrun and a remote agent take each other for gone "
-     "(heartbeats every 2 s; a network partition sends no FIN)."},
+     "(heartbeats every 2 s; a network partition sends no FIN).", "",
+     {3, 1e7, "seconds", " (longer than the 2 s between heartbeats)"}},
     {"HVDRUN_AGENT_CONNECT", "", TunableUse::kLauncher,
      "Set by hvdrun for the agents it starts with srun: 'PORT ADDR,...' to connect back to."},
     {"HVDRUN_AGENT_TOKEN", "", TunableUse::kLauncher,
@@ -30,10 +33,12 @@ constexpr Tunable kTable[] = {
      "1: serve Horovod 0.28.1's Gloo rendezvous (an HTTP key-value store) and give the workers "
      "horovodrun --gloo's variables, so that programs using a real Horovod run unchanged (--horovod)."},
     {"HVDRUN_HOROVOD_STORE_KEYS", "1048576", TunableUse::kLauncher,
-     "--horovod: keys Horovod's store holds at most, besides the room kept for the job's own rendezvous."},
+     "--horovod: keys Horovod's store holds at most, besides the room kept for the job's own rendezvous.", "",
+     {1, 1e12, "keys"}},
     {"HVDRUN_HOROVOD_STORE_BYTES", "268435456", TunableUse::kLauncher,
      "--horovod: bytes Horovod's store holds at most (values stored, being received and being sent), "
-     "besides the room kept for the job's own rendezvous."},
+     "besides the room kept for the job's own rendezvous.", "",
+     {65536, 1e15, "bytes"}},
     {"SLURMD_NODENAME", "", TunableUse::kLauncher,
      "Slurm's: the node an agent started by srun runs on (its name in the job's host list)."},
     {"SLURM_PROCID", "0", TunableUse::kLauncher, "Slurm's: the task id of an agent started by srun."},
@@ -41,29 +46,38 @@ constexpr Tunable kTable[] = {
     {"CUDA_VISIBLE_DEVICES", "", TunableUse::kWorker,
      "CUDA's: the devices a rank may use (named in libhvdrun's errors when a device is missing)."},
     {"HVDRUN_TIMEOUT", "60", TunableUse::kWorker,
-     "Seconds a collective waits on a silent peer before it fails naming that peer."},
+     "Seconds a collective waits on a silent peer before it fails naming that peer.", "",
+     {0.001, 1e7, "seconds"}},
     {"HVDRUN_SPIN_US", "auto", TunableUse::kWorker,
      "Microseconds a rank polls its peers before it sleeps (futex or poll()); auto: 20000. The spin "
-     "yields the core at each turn unless the rank is bound to one CPU and this host's ranks fit its cores."},
+     "yields the core at each turn unless the rank is bound to one CPU and this host's ranks fit its cores.", "",
+     {0, 1e7, "microseconds", " (or auto)", false, "20000"}},
     {"HVDRUN_SEGMENT_BYTES", "262144", TunableUse::kWorker,
-     "Pipeline segment size of the ring collectives, in bytes (the reduce window)."},
+     "Pipeline segment size of the ring collectives, in bytes (the reduce window).", "",
+     {4096, 1 << 30, "bytes"}},
+    // Below loopback's 64 KiB segments a receive window stalls TCP on its persist timer
+    // (hundreds of milliseconds a message).
     {"HVDRUN_SOCKET_BUFFER", "524288", TunableUse::kWorker,
      "SO_SNDBUF/SO_RCVBUF of data-plane sockets, in bytes (at least 65536, or 0 for the kernel's default); "
-     "small enough that data in flight stays in cache."},
+     "small enough that data in flight stays in cache.", "",
+     {65536, 1 << 30, "bytes", " (or 0: the kernel's default)", true}},
     {"HVDRUN_SHM", "1", TunableUse::kWorker,
      "1: ranks of one host exchange data through shared-memory rings (memfd, no file in /dev/shm); "
      "0: over loopback TCP."},
     {"HVDRUN_SHM_RING_BYTES", "1048576", TunableUse::kWorker,
-     "Capacity of each shared-memory ring (one per direction between neighbours on one host), in bytes."},
+     "Capacity of each shared-memory ring (one per direction between neighbours on one host), in bytes.", "",
+     {4096, 1 << 30, "bytes"}},
     {"HVDRUN_SHM_SINGLE_COPY_BYTES", "262144", TunableUse::kWorker,
      "Messages between ranks of one host of at least this many bytes are copied once, straight out of the "
      "sender's memory (process_vm_readv, as Open MPI's CMA), instead of through the ring; 0: never. "
-     "Used only where the kernel lets a rank read its peer's memory."},
+     "Used only where the kernel lets a rank read its peer's memory.", "",
+     {4096, 1ull << 40, "bytes", " (or 0: never)", true}},
     {"HVDRUN_SHM_ALLREDUCE_BYTES", "auto", TunableUse::kWorker,
      "In a job whose ranks all share one host, allreduces of at most this many bytes go through one "
      "shared segment of the host (every rank adds its share of every rank's data: two barriers, not "
      "2(n-1) ring steps); larger ones through the ring. 0: never. auto: every size with 3 or more ranks, "
-     "never with 2 (their ring is one hop each way)."},
+     "never with 2 (their ring is one hop each way).", "",
+     {0, 1ull << 50, "bytes", " (or auto)"}},
     {"HVDRUN_HIERARCHICAL_ALLREDUCE", "", TunableUse::kWorker,
      "auto, 1 or 0: allreduce as reduce-scatter within each host (shared memory), allreduce of each "
      "shard between hosts, allgather within the host (hvdrun --hierarchical-allreduce); "
@@ -83,21 +97,21 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_FUSION_THRESHOLD", "134217728", TunableUse::kWorker,
      "Bytes of the fusion buffer: consecutive ready allreduces of one dtype and reduction are "
      "copied into it and reduced in one transfer; 0 disables fusion.",
-     "HOROVOD_FUSION_THRESHOLD"},
+     "HOROVOD_FUSION_THRESHOLD", {0, 1ull << 40, "bytes"}},
     {"HVDRUN_CYCLE_TIME", "1", TunableUse::kWorker,
      "Milliseconds: after a negotiation cycle that found nothing ready, new requests wait this long "
      "for more to batch with them (a request on an idle engine starts at once).",
-     "HOROVOD_CYCLE_TIME"},
+     "HOROVOD_CYCLE_TIME", {0, 1e6, "milliseconds"}},
     {"HVDRUN_CACHE_CAPACITY", "1024", TunableUse::kWorker,
      "Agreed responses the engine caches, so that a repeated name costs one bit of negotiation; 0 disables.",
-     "HOROVOD_CACHE_CAPACITY"},
+     "HOROVOD_CACHE_CAPACITY", {0, 1e7, "entries"}},
     {"HVDRUN_STALL_CHECK_TIME_SECONDS", "60", TunableUse::kWorker,
      "Seconds after which hvdrun warns (once) about names some ranks submitted and others did not, "
      "naming the ranks and hosts missing; 0 disables.",
-     "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+     "HOROVOD_STALL_CHECK_TIME_SECONDS", {0, 1e7, "seconds"}},
     {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", "0", TunableUse::kWorker,
      "Seconds after which such a stall ends the job, with the same list; 0: never.",
-     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", {0, 1e7, "seconds"}},
     {"HVDRUN_TIMELINE", "", TunableUse::kWorker,
      "File for a Chrome trace of the job's collectives: each rank writes FILE.rank<N>, and hvdrun "
      "merges them into FILE at the end (--timeline-filename).",
@@ -108,6 +122,9 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_LIBRARY", "", TunableUse::kWorker,
      "Python package hvdrun (hvdrun.torch, hvdrun.numpy): path of the libhvdrun.so to load; "
      "empty: the one installed with the package."},
+    {"HOROVOD_ELASTIC", "", TunableUse::kWorker,
+     "Horovod's: 1 (set by horovodrun's elastic mode): hvdrun.torch's DistributedOptimizer registers "
+     "its gradient hooks even in a job of one rank."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},
@@ -140,50 +157,21 @@ constexpr Tunable kTable[] = {
     {"PYTHONUNBUFFERED", "1", TunableUse::kContract, "Set so Python workers' output is not held back."},
 };
 
-// The numeric tunables and their ranges (the others are words or addresses).
-struct Range {
-  std::string_view env;
-  double min, max;
-  std::string_view unit;
-  std::string_view note = "";
-  bool zero_too = false;  // 0 is valid as well (it leaves the setting to the system)
-};
-constexpr Range kRanges[] = {
-    {"HVDRUN_START_TIMEOUT", 0.001, 1e7, "seconds"},
-    {"HVDRUN_KILL_GRACE", 0, 1e7, "seconds"},
-    {"HVDRUN_HEARTBEAT_TIMEOUT", 3, 1e7, "seconds", " (longer than the 2 s between heartbeats)"},
-    {"HVDRUN_HOROVOD_STORE_KEYS", 1, 1e12, "keys"},
-    {"HVDRUN_HOROVOD_STORE_BYTES", 65536, 1e15, "bytes"},
-    {"HVDRUN_TIMEOUT", 0.001, 1e7, "seconds"},
-    {"HVDRUN_SEGMENT_BYTES", 4096, 1 << 30, "bytes"},
-    // Below loopback's 64 KiB segments a receive window stalls TCP on its persist timer
-    // (hundreds of milliseconds a message).
-    {"HVDRUN_SOCKET_BUFFER", 65536, 1 << 30, "bytes", " (or 0: the kernel's default)", true},
-    {"HVDRUN_SHM_RING_BYTES", 4096, 1 << 30, "bytes"},
-    {"HVDRUN_SHM_SINGLE_COPY_BYTES", 4096, 1ull << 40, "bytes", " (or 0: never)", true},
-    {"HVDRUN_SHM_ALLREDUCE_BYTES", 0, 1ull << 50, "bytes", " (or auto)"},
-    {"HVDRUN_FUSION_THRESHOLD", 0, 1ull << 40, "bytes"},
-    {"HVDRUN_CYCLE_TIME", 0, 1e6, "milliseconds"},
-    {"HVDRUN_CACHE_CAPACITY", 0, 1e7, "entries"},
-    {"HVDRUN_STALL_CHECK_TIME_SECONDS", 0, 1e7, "seconds"},
-    {"HVDRUN_STALL_SHUTDOWN_TIME_SECONDS", 0, 1e7, "seconds"},
-};
-
 }  // namespace
 
 Status check_tunables(TunableUse use) {
-  for (const auto& r : kRanges) {
-    const Tunable* t = find_tunable(r.env);
-    if (!t || t->use != use) continue;
-    std::string name(r.env);
+  for (const auto& t : kTable) {
+    const TunableRange& r = t.range;
+    if (r.unit.empty() || t.use != use) continue;
+    std::string name(t.env);
     const char* v = std::getenv(name.c_str());
-    if (!v && !t->horovod.empty()) {
-      name = std::string(t->horovod);
+    if (!v && !t.horovod.empty()) {
+      name = std::string(t.horovod);
       v = std::getenv(name.c_str());
     }
     if (!v) continue;
     if (r.zero_too && parse_double(v, name, 0, 0)) continue;
-    if (t->default_value == "auto" && std::string_view(v) == "auto") continue;
+    if (t.default_value == "auto" && std::string_view(v) == "auto") continue;
     if (auto d = parse_double(v, name, r.min, r.max); !d)
       return make_error(ErrorKind::kUsage, d.error().message + " (" + std::string(r.unit) + ")" + std::string(r.note));
   }
@@ -212,15 +200,36 @@ std::string tunable_string(std::string_view env) {
   return v ? *v : std::string(find_tunable(env)->default_value);
 }
 
+namespace {
+
+// A value of `t` as a number: "auto" as the range's auto_means.
+Result<double> as_number(const Tunable& t, std::string_view v) {
+  if (v == "auto" && !t.range.auto_means.empty()) v = t.range.auto_means;
+  return parse_double(v, t.env, 0, 1e12);
+}
+
+}  // namespace
+
+double tunable_default(std::string_view env) {
+  const Tunable* t = find_tunable(env);
+  if (!t) throw std::logic_error("unknown tunable " + std::string(env));
+  auto d = as_number(*t, t->default_value);
+  if (!d) throw std::logic_error("tunable " + std::string(env) + " has no numeric default");
+  return *d;
+}
+
 double tunable_double(std::string_view env) {
   std::string v = tunable_string(env);
-  auto r = parse_double(v, env, 0, 1e12);
+  const Tunable& t = *find_tunable(env);
+  auto r = as_number(t, v);
   if (r) return *r;
   std::fprintf(stderr, "hvdrun: %s; using the default %s\n", r.error().message.c_str(),
-               std::string(find_tunable(env)->default_value).c_str());
-  return *parse_double(find_tunable(env)->default_value, env, 0, 1e12);
+               std::string(t.default_value).c_str());
+  return tunable_default(env);
 }
 
 long long tunable_int(std::string_view env) { return static_cast<long long>(tunable_double(env)); }
+
+bool tunable_is_auto(std::string_view env) { return tunable_string(env) == "auto"; }
 
 }  // namespace hvdrun

@@ -45,18 +45,13 @@ struct ParsedCommandLine {
   std::vector<std::string> warnings;  // one line each, for hvdrun to print before it runs
 };
 
-// `env` supplies the defaults read from the environment (HVDRUN_START_TIMEOUT, ...).
+// In four parts (options.cc): the CLI11 spec, single-dash rewriting (-np, -hostfile),
+// Horovod's flags and --config-file (horovod_flags.cc), and resolution, where the
+// environment supplies what the command line does not (HVDRUN_START_TIMEOUT, ...).
 // Errors carry exit code 2 and one line naming the bad value.
 Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& args);
 
 // The table of environment variables (common/tunables.cc), for --help-env.
 std::string environment_help();
-
-// Horovod's --config-file YAML (horovod/runner/common/util/config_parser.py): sections of
-// keys, each the same as a flag. Returns (flag, value) pairs, "1"/"0" for booleans; an
-// error is one printable line that starts with `what`.
-constexpr size_t kMaxConfigBytes = 1u << 20;
-Result<std::vector<std::pair<std::string, std::string>>> parse_config_text(std::string_view text,
-                                                                           const std::string& what);
 
 }  // namespace hvdrun

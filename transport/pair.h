@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "common/tunables.h"
 #include "common/unique_fd.h"
 #include "transport/shm.h"
 
@@ -82,7 +83,7 @@ struct PairOptions {
   // (ShmChannel::post; 0: never)
   size_t shm_single_copy_bytes = 0;
   bool shm_accept = true;     // acceptor: take such an offer
-  int buffer_bytes = 512 << 10;
+  int buffer_bytes = static_cast<int>(tunable_default("HVDRUN_SOCKET_BUFFER"));
   Clock::time_point deadline;
 };
 

@@ -20,9 +20,10 @@ import os
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from hvdrun import _env
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
 
-# Error codes (hvdrun.h).
+# Error codes, dtypes and ops as in hvdrun.h (tests/python/test_capi_constants.py holds them equal).
 SUCCESS = 0
 ERR_NOT_INITIALIZED = 1
 ERR_INVALID_ARGUMENT = 2
@@ -35,11 +36,7 @@ ERR_UNSUPPORTED = 8
 ERR_INTERNAL = 9
 ERR_CUDA = 10
 ERR_NCCL = 11
-_ERR_NAMES = {
-    1: "HVD_ERR_NOT_INITIALIZED", 2: "HVD_ERR_INVALID_ARGUMENT", 3: "HVD_ERR_RENDEZVOUS",
-    4: "HVD_ERR_AUTH", 5: "HVD_ERR_TIMEOUT", 6: "HVD_ERR_PEER", 7: "HVD_ERR_MISMATCH",
-    8: "HVD_ERR_UNSUPPORTED", 9: "HVD_ERR_INTERNAL", 10: "HVD_ERR_CUDA", 11: "HVD_ERR_NCCL",
-}
+_ERR_NAMES = {v: "HVD_" + k for k, v in list(globals().items()) if k.startswith("ERR_")}
 
 # hvd_dtype_t
 INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
@@ -118,7 +115,7 @@ def _candidates() -> List[str]:
 
 
 def _load() -> Tuple[ctypes.CDLL, str]:
-    env = os.environ.get("HVDRUN_LIBRARY", "")
+    env = _env.library()
     if env:
         try:
             return ctypes.CDLL(env), env

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "launcher/options.h"
+#include "launcher/horovod_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);

@@ -121,5 +121,21 @@ TEST(HorovodFlags, ConfigFileAsHorovodrunsCommandLineWins) {
   std::remove(path.c_str());
 }
 
+// logging.level takes the spellings --log-level takes (WARNING, fatal) and nothing else; the
+// command line's --log-level wins (issue 25.6: the check is one function, no longer a goto).
+TEST(HorovodFlags, ConfigFileLogLevelIsCheckedAsTheFlagIs) {
+  std::string path = testing::TempDir() + "/hvd_config_level.yaml";
+  std::ofstream(path) << "logging:\n  level: WARNING\n";
+  EXPECT_EQ(ok({"--config-file", path, "prog"}).options.log_level, "warn");
+  EXPECT_EQ(ok({"--config-file", path, "--log-level", "error", "prog"}).options.log_level, "error");
+  std::ofstream(path) << "logging:\n  level: loud\n";
+  auto bad = parse_command_line({"--config-file", path, "prog"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().kind, ErrorKind::kUsage);
+  EXPECT_NE(bad.error().message.find("logging.level 'loud': expected trace"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(ok({"--config-file", path, "--log-level", "info", "prog"}).options.log_level, "info");
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace hvdrun

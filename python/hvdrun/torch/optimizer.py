@@ -8,13 +8,13 @@ wrapped optimizer's update."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from hvdrun import _env
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import broadcast_object
 from hvdrun.torch.mpi_ops import (Average, ProcessSet, _check_process_set, allgather_async, allreduce_async_,
@@ -73,7 +73,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._groups = groups
         self._p_to_group: Dict[torch.Tensor, Tuple[torch.Tensor, ...]] = {}
         self._group_counts: Dict[Tuple[torch.Tensor, ...], int] = {}
-        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        if size() > 1 or _env.horovod_elastic():
             self._register_hooks()
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> None:

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/net.h"
@@ -255,8 +254,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
   // The error's kind travels with it: hvdrun's exit-code table decides there.
   auto setup_error = [&](const std::string& message, ErrorKind kind) {
     Error e = error_of(kind, message);
-    link.send(Type::kSetupError,
-              nlohmann::json{{"message", message}, {"code", e.code}, {"kind", static_cast<int>(kind)}}.dump());
+    link.send(Type::kSetupError, encode_setup_error({message, e.code, kind}));
     return e.code;
   };
   if (!job) return setup_error(job.error().message, ErrorKind::kLaunchFailed);
@@ -307,10 +305,10 @@ int run_agent_mode(const std::vector<std::string>& args) {
       [[maybe_unused]] ssize_t n = ::write(g_stdin_wake[1], &c, 1);
     });
   }
-  ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, nlohmann::json{{"rank", rank}}.dump()); };
-  ao.on_slurm_signal = [&link](int sig) { link.send(Type::kSlurmSignal, nlohmann::json{{"signal", sig}}.dump()); };
+  ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, encode_exited({rank})); };
+  ao.on_slurm_signal = [&link](int sig) { link.send(Type::kSlurmSignal, encode_slurm_signal({sig})); };
   ao.on_failure = [&link](int rank, const std::string&, int status) {
-    link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
+    link.send(Type::kFailed, encode_failed({rank, status}));
   };
   LocalAgent agent(ao, sink, &*watchdog);
 
@@ -381,11 +379,10 @@ int run_agent_mode(const std::vector<std::string>& args) {
         break;
       }
       last_heard = std::chrono::steady_clock::now();
-      if (f->type == Type::kSignal && f->payload.size() == 1) {
-        int sig = static_cast<unsigned char>(f->payload[0]);
-        if (sig == SIGSTOP) launcher_stopped = true;
-        if (sig == SIGCONT) launcher_stopped = false;
-        agent.request_signal(sig);
+      if (auto sig = agentwire::decode_signal(f->payload); f->type == Type::kSignal && sig) {
+        if (*sig == SIGSTOP) launcher_stopped = true;
+        if (*sig == SIGCONT) launcher_stopped = false;
+        agent.request_signal(*sig);
       }
       if (f->type == Type::kStdin && stdin_writer) {
         if (f->payload.empty()) stdin_writer->close_after_queued();  // end of hvdrun's stdin
@@ -418,11 +415,11 @@ int run_agent_mode(const std::vector<std::string>& args) {
       }
       uint64_t taken = g_stdin_taken.load();
       if (taken != told) {
-        if (!link.send(Type::kStdinTaken, nlohmann::json{{"bytes", taken - told}}.dump())) return;
+        if (!link.send(Type::kStdinTaken, encode_stdin_taken({taken - told, false}))) return;
         told = taken;
       }
       if (g_stdin_closed && !closed_told) {
-        if (!link.send(Type::kStdinTaken, nlohmann::json{{"closed", true}}.dump())) return;
+        if (!link.send(Type::kStdinTaken, encode_stdin_taken({0, true}))) return;
         closed_told = true;
       }
       pollfd p[2] = {{threads.beat_rd.get(), POLLIN, 0}, {g_stdin_wake[0], POLLIN, 0}};
@@ -447,9 +444,8 @@ int run_agent_mode(const std::vector<std::string>& args) {
   }
   AgentResult res = agent.run(std::move(launches));
   watchdog->disarm();
-  nlohmann::json done{{"code", res.exit_code}};
-  if (lost_contact_s > 0) done["lost_contact_s"] = lost_contact_s.load();  // hvdrun was stopped, say
-  link.send(Type::kDone, done.dump());
+  // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
+  link.send(Type::kDone, encode_done({res.exit_code, lost_contact_s.load()}));
   // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
   // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
   if (sock.valid()) return 0;

@@ -6,9 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <limits>
-#include <type_traits>
-#include <nlohmann/json.hpp>
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
@@ -19,34 +16,6 @@
 namespace hvdrun {
 
 using agentwire::Type;
-
-namespace {
-
-// A field of an agent's JSON report, or `fallback` when it is missing or of another type:
-// a malformed report is passed over, not thrown on (json::value throws on a type mismatch,
-// and nothing on the relay thread catches).
-template <class T>
-T field(const nlohmann::json& j, const char* key, T fallback) {
-  if (!j.is_object()) return fallback;
-  auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  if constexpr (std::is_same_v<T, bool>)
-    return it->is_boolean() ? it->template get<bool>() : fallback;
-  else if constexpr (std::is_same_v<T, std::string>)
-    return it->is_string() ? it->template get<std::string>() : fallback;
-  else if constexpr (std::is_unsigned_v<T>)
-    return it->is_number_unsigned() ? it->template get<T>() : fallback;
-  else if (it->is_number_unsigned())  // (compared as signed, 2^64 - 1 passed as -1)
-    return it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? it->template get<T>()
-                                                                                                 : fallback;
-  else
-    return it->is_number_integer() && it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
-                   it->template get<int64_t>() <= std::numeric_limits<T>::max()
-               ? it->template get<T>()
-               : fallback;
-}
-
-}  // namespace
 
 RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
     : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
@@ -153,11 +122,9 @@ Status RemoteHost::prepare(const AgentJob& job) {
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {
-    auto j = nlohmann::json::parse(f->payload, nullptr, false);
-    std::string message = field(j, "message", std::string("setup failed"));
-    int code = field(j, "code", exit_code::kLaunchFailed);
-    ErrorKind kind = error_kind_from_int(field(j, "kind", 0));
-    return make_error(kind, "host " + host_ + ": " + message, code);
+    auto e = decode_setup_error(f->payload);
+    AgentSetupError se = e ? *e : AgentSetupError{};
+    return make_error(se.kind, "host " + host_ + ": " + se.message, se.code);
   }
   return error_of(ErrorKind::kLaunchFailed, link_->label() + ": unexpected answer to the job description");
 }
@@ -216,8 +183,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     if (!sigs.empty()) {
       size_t sent = 0;
       for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
-        char c = static_cast<char>(sigs[sent]);
-        (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
+        (void)link_->write(agentwire::encode_signal(sigs[sent]));
         if (sigs[sent] == SIGSTOP) stop_sent = true;
         if (sigs[sent] == SIGCONT && stop_sent) {
           stop_sent = false;
@@ -242,30 +208,26 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         if (rank < 0) sink.notice(std::string(lines.substr(0, lines.empty() ? 0 : lines.size() - 1)));
         else sink.write_lines(rank, stream == 0 ? StreamKind::kStdout : StreamKind::kStderr, lines);
       } else if (f.type == Type::kFailed) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object()) {
+        if (auto r = decode_failed(f.payload)) {
           failed_reported = true;
-          agent.remote_failure(field(j, "rank", -1), host_, field(j, "status", 1 << 8));
+          agent.remote_failure(r->rank, host_, r->status);
         }
       } else if (f.type == Type::kStdinTaken) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (field(j, "closed", false)) stdin_closed_ = true;
-        else
-          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, field(j, "bytes", uint64_t{0}));
+        if (auto t = decode_stdin_taken(f.payload); t && t->closed) stdin_closed_ = true;
+        else if (t)
+          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, t->bytes);
       } else if (f.type == Type::kSlurmSignal) {
-        int sig = field(nlohmann::json::parse(f.payload, nullptr, false), "signal", 0);
-        if (sig == SIGTERM) agent.slurm_signal(sig);  // what an agent reports (handle_signal)
+        auto s = decode_slurm_signal(f.payload);
+        if (s && s->signal == SIGTERM) agent.slurm_signal(s->signal);  // what an agent reports (handle_signal)
       } else if (f.type == Type::kExited) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object()) agent.remote_exited_0(field(j, "rank", -1));
+        if (auto e = decode_exited(f.payload)) agent.remote_exited_0(e->rank);
       } else if (f.type == Type::kDone) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        int code = field(j, "code", 0);
-        int lost = field(j, "lost_contact_s", 0);
-        if (lost > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
-          agent.request_teardown(lost_contact_message(lost), exit_code::kLostContact);
-        else if (code != 0 && !failed_reported)
-          agent.request_teardown("", code);  // its notice said why
+        auto d = decode_done(f.payload);
+        AgentDone done = d ? *d : AgentDone{};
+        if (done.lost_contact_s > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
+          agent.request_teardown(lost_contact_message(done.lost_contact_s), exit_code::kLostContact);
+        else if (done.code != 0 && !failed_reported)
+          agent.request_teardown("", done.code);  // its notice said why
         wait_for_agent_exit(sink);
         return;
       }

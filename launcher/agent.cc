@@ -20,18 +20,12 @@
 #include <cstdlib>
 #include <set>
 
-#include <dirent.h>
 
 #include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 
 namespace hvdrun {
 namespace {
-
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
@@ -44,63 +38,6 @@ constexpr double kSilenceWindow = 1.0;
 // waited for this long after the first failure before the verdict is given without it.
 constexpr double kLostPeerWait = 2.0;
 constexpr double kSignalsSentWait = 1.0;  // seconds for remotes' relays to send a SIGSTOP
-
-bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
-
-struct ProcStat {
-  pid_t pid;
-  char state;
-  pid_t ppid, pgrp;
-};
-
-// Every process's /proc/PID/stat (pid, state, parent, process group).
-template <class F>
-void for_each_process(F&& f) {
-  DIR* d = opendir("/proc");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    char path[64], buf[512];
-    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) continue;
-    buf[n] = 0;
-    const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
-    if (!rp) continue;
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (std::sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3)
-      f(ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp)});
-  }
-  closedir(d);
-}
-
-// This process's children (from /proc/*/stat's ppid): with hvdrun a child subreaper, a
-// rank's descendants whose parents died come here, whatever session or group they moved to.
-std::set<pid_t> children_of_self() {
-  std::set<pid_t> out;
-  pid_t self = getpid();
-  for_each_process([&](const ProcStat& p) {
-    if (p.ppid == self && p.state != 'Z') out.insert(p.pid);
-  });
-  return out;
-}
-
-// Process groups with a member stopped by a signal (SIGSTOP, Ctrl-Z). Not a tracing stop
-// ('t'): a sanitizer's leak check at exit ptrace-stops the exiting rank for a moment (and a
-// rank held by a debugger is named by the reports anyway).
-std::set<pid_t> stopped_groups() {
-  std::set<pid_t> out;
-  for_each_process([&](const ProcStat& p) {
-    if (p.state == 'T') out.insert(p.pgrp);
-  });
-  return out;
-}
 
 }  // namespace
 
@@ -133,8 +70,8 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog)
-    : opts_(opts), sink_(sink), watchdog_(watchdog) {
+LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, ProcessRunner* runner)
+    : opts_(opts), sink_(sink), watchdog_(watchdog), runner_(runner ? *runner : system_process_runner()) {
   int p[2];
   if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
   control_rd_.reset(p[0]);
@@ -162,7 +99,7 @@ void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
 void LocalAgent::remote_exited_0(int rank) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    exit0_requests_.emplace_back(rank, now_s());
+    exit0_requests_.emplace_back(rank, runner_.now());
   }
   wake();
 }
@@ -170,7 +107,7 @@ void LocalAgent::remote_exited_0(int rank) {
 void LocalAgent::rank_left(int rank) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    left_requests_.emplace_back(rank, now_s());
+    left_requests_.emplace_back(rank, runner_.now());
   }
   wake();
 }
@@ -212,7 +149,7 @@ void LocalAgent::report_stall_culprit() {
   // A local rank that is stopped outright is the one (the reports alone cannot tell a
   // stopped rank from a live one waiting for its turn in the ring); not one that reported
   // a time-out itself, which ran.
-  std::set<pid_t> stopped = stopped_groups();
+  std::set<pid_t> stopped = runner_.stopped_groups();
   std::set<int> reported;
   for (const auto& s : silences_) reported.insert(s.rank);
   for (const auto& w : workers_)
@@ -258,8 +195,8 @@ void LocalAgent::signal_all(int sig) {
     if (w.pid <= 0 || w.group_gone) continue;
     // A stopped rank (SIGSTOP, Ctrl-Z) would hold SIGTERM pending until the SIGKILL after
     // the grace: resume it first, so that it ends now.
-    if (sig == SIGTERM) kill(-w.pid, SIGCONT);
-    kill(-w.pid, sig);
+    if (sig == SIGTERM) runner_.signal_group(w.pid, SIGCONT);
+    runner_.signal_group(w.pid, sig);
   }
   for (RemoteControl* r : remotes_) r->signal(sig);
 }
@@ -273,7 +210,7 @@ void LocalAgent::note_failure(FailedWorker f) {
   if (opts_.on_failure) opts_.on_failure(f.rank, f.host, f.status);
   failures_.push_back(std::move(f));
   if (!report_at_) {
-    first_failure_at_ = now_s();
+    first_failure_at_ = runner_.now();
     report_at_ = first_failure_at_ + kFailureWindow;
   }
 }
@@ -285,7 +222,7 @@ void LocalAgent::teardown(const std::string& message, int exit_code) {
   result_.message = message;
   if (!message.empty()) sink_.notice(message);
   signal_all(SIGTERM);
-  kill_deadline_ = now_s() + opts_.kill_grace;
+  kill_deadline_ = runner_.now() + opts_.kill_grace;
 }
 
 bool LocalAgent::any_group_alive() {
@@ -300,7 +237,7 @@ bool LocalAgent::any_group_alive() {
 // later signalled whatever process group had that id by then (another job's rank, a shell).
 void LocalAgent::forget_ended_groups() {
   for (auto& w : workers_)
-    if (w.pid > 0 && w.exited && !w.group_gone && !group_alive(w.pid)) {
+    if (w.pid > 0 && w.exited && !w.group_gone && !runner_.group_alive(w.pid)) {
       w.group_gone = true;
       // The watchdog too: should hvdrun die (SIGKILL, the OOM killer) later in the job, it
       // signalled every group it had ever been told of, this one included, whoever's it
@@ -311,10 +248,7 @@ void LocalAgent::forget_ended_groups() {
 
 void LocalAgent::reap() {
   // hvdrun is a child subreaper: orphaned grandchildren come here too and are reaped.
-  while (true) {
-    int st = 0;
-    pid_t pid = waitpid(-1, &st, WNOHANG);
-    if (pid <= 0) break;
+  for (auto [pid, st] : runner_.reap()) {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
@@ -323,7 +257,7 @@ void LocalAgent::reap() {
         note_failure({w.rank, w.host, st});
       else
       {
-        exited_0_.emplace(w.rank, now_s());
+        exited_0_.emplace(w.rank, runner_.now());
         if (opts_.on_exit0) opts_.on_exit0(w.rank);
       }
       break;
@@ -357,10 +291,10 @@ void LocalAgent::report_failure(bool can_wait) {
     for (const auto& [rank, when] : left_) left.insert(rank);
     for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
     double wait_until = first_failure_at_ + kLostPeerWait;
-    bool final = !can_wait || now_s() >= wait_until;
+    bool final = !can_wait || runner_.now() >= wait_until;
     LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
     if (v.pending && !final) {
-      report_at_ = std::min(now_s() + 0.05, wait_until);
+      report_at_ = std::min(runner_.now() + 0.05, wait_until);
       return;
     }
     lost_culprit = v.culprit;
@@ -412,26 +346,6 @@ std::string LocalAgent::rank_host(int rank) const {
 }
 
 // A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
-namespace {
-
-// Whether Slurm's step daemon sent a signal: it ends a job that was cancelled or reached
-// its time limit.
-bool sent_by_slurm(pid_t sender) {
-  if (sender <= 0) return false;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(sender));
-  std::string comm;
-  if (FILE* f = std::fopen(path, "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f)) comm = buf;
-    std::fclose(f);
-  }
-  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-  return comm.rfind("slurmstepd", 0) == 0;
-}
-
-}  // namespace
-
 void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   if (sig == SIGCHLD) return;  // reaped at the top of the loop
   if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
@@ -444,9 +358,9 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
     if (!from_launcher) {
       // A remote host's SIGSTOP leaves on its relay thread, which stops with us: it went
       // only on the SIGCONT, right before that SIGCONT, and remote ranks ran on (each time).
-      double until = now_s() + kSignalsSentWait;  // one wait for all of them
-      for (RemoteControl* r : remotes_) r->wait_signals_sent(std::max(0.0, until - now_s()));
-      kill(getpid(), SIGSTOP);
+      double until = runner_.now() + kSignalsSentWait;  // one wait for all of them
+      for (RemoteControl* r : remotes_) r->wait_signals_sent(std::max(0.0, until - runner_.now()));
+      runner_.stop_self();
     }
     return;
   }
@@ -457,7 +371,7 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
   if (from_launcher && tearing_down_ && sig != SIGKILL) return;
   // Slurm's SIGTERM only (a cancel or the time limit); other signals from its step daemon
   // (srun forwarding a Ctrl-C, scancel --signal) are the user's, as any other.
-  if (!from_launcher && sig == SIGTERM && sent_by_slurm(sender)) {
+  if (!from_launcher && sig == SIGTERM && runner_.sent_by_slurm(sender)) {
     handle_slurm_signal(sig);
     return;
   }
@@ -525,7 +439,7 @@ void LocalAgent::take_requests() {
   for (auto& s : silences) {
     if (tearing_down_) break;
     silences_.push_back(std::move(s));
-    if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
+    if (!silence_at_) silence_at_ = runner_.now() + kSilenceWindow;
   }
   for (int sig : slurm_sigs) handle_slurm_signal(sig);
   for (int sig : sigs) handle_signal(sig, true);
@@ -560,12 +474,12 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
 
   // Children from before the workers (the watchdog, SSH or launch-command clients, srun):
   // never taken for a rank's descendants.
-  preexisting_ = children_of_self();
+  preexisting_ = runner_.children();
   workers_.reserve(launches.size());
   for (auto& l : launches) {
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
     l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;  // the child registers itself
-    auto spawned = spawn_worker(l.request);
+    auto spawned = runner_.spawn(l.request);
     if (!spawned) {
       teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,
                spawned.error().code);
@@ -600,11 +514,11 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     take_requests();
     if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
     if (silence_at_ &&
-        (all_exited || now_s() >= *silence_at_ ||
+        (all_exited || runner_.now() >= *silence_at_ ||
          silence_accounted(silences_, ended_ranks(), job_size())))
       report_stall_culprit();
     // While silence reports are weighed, the failures they cause wait for that verdict.
-    if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
+    if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || runner_.now() >= *report_at_)) {
       if (tearing_down_)
         report_at_.reset();
       else
@@ -616,7 +530,7 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
       // Descendants that left their rank's group and session (setsid daemons) and were
       // adopted by this subreaper when their parents died: they end with the job too.
       bool adopted_alive = false;
-      for (pid_t c : children_of_self()) {
+      for (pid_t c : runner_.children()) {
         if (preexisting_.count(c)) continue;
         bool worker = false;
         for (const auto& w : workers_) worker = worker || w.pid == c;
@@ -624,13 +538,13 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
         adopted_alive = true;
         if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
           adopted_.insert(c);
-          kill(c, SIGCONT);
-          kill(c, SIGTERM);
-          if (getpgid(c) == c) kill(-c, SIGTERM);
-          if (!kill_deadline_ && !killed_) kill_deadline_ = now_s() + opts_.kill_grace;
+          runner_.signal_process(c, SIGCONT);
+          runner_.signal_process(c, SIGTERM);
+          if (runner_.group_of(c) == c) runner_.signal_group(c, SIGTERM);
+          if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + opts_.kill_grace;
         } else if (killed_) {
-          kill(c, SIGKILL);
-          if (getpgid(c) == c) kill(-c, SIGKILL);
+          runner_.signal_process(c, SIGKILL);
+          if (runner_.group_of(c) == c) runner_.signal_group(c, SIGKILL);
         }
       }
       if (adopted_alive) {
@@ -639,15 +553,15 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
         // Leaders are gone but something they started lingers in a group: end it.
         if (!kill_deadline_ && !killed_) {
           signal_all(SIGTERM);
-          kill_deadline_ = now_s() + opts_.kill_grace;
+          kill_deadline_ = runner_.now() + opts_.kill_grace;
         }
       } else {
         if (!pipes_open) break;
-        if (!drain_deadline) drain_deadline = now_s() + kDrainAfterExit;
-        if (now_s() >= *drain_deadline) break;
+        if (!drain_deadline) drain_deadline = runner_.now() + kDrainAfterExit;
+        if (runner_.now() >= *drain_deadline) break;
       }
     }
-    if (kill_deadline_ && now_s() >= *kill_deadline_) {
+    if (kill_deadline_ && runner_.now() >= *kill_deadline_) {
       signal_all(SIGKILL);
       killed_ = true;
       kill_deadline_.reset();
@@ -678,14 +592,14 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     }
     double timeout = 1.0;
     if (congested) timeout = 0.005;
-    if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - now_s());
-    if (drain_deadline) timeout = std::min(timeout, *drain_deadline - now_s());
-    if (report_at_) timeout = std::min(timeout, *report_at_ - now_s());
-    if (silence_at_) timeout = std::min(timeout, *silence_at_ - now_s());
+    if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - runner_.now());
+    if (drain_deadline) timeout = std::min(timeout, *drain_deadline - runner_.now());
+    if (report_at_) timeout = std::min(timeout, *report_at_ - runner_.now());
+    if (silence_at_) timeout = std::min(timeout, *silence_at_ - runner_.now());
     if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
     int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
 
-    int n = poll(pfds.data(), pfds.size(), timeout_ms);
+    int n = runner_.wait(pfds.data(), pfds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0) continue;
 

@@ -18,6 +18,7 @@
 #include "common/unique_fd.h"
 #include "launcher/blame.h"
 #include "launcher/output_sink.h"
+#include "launcher/process_runner.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -70,7 +71,8 @@ bool stdin_is_ours_to_read();
 
 class LocalAgent {
  public:
-  LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog);
+  // `runner`: the processes and the clock (nullptr: the system's; a test's fake otherwise).
+  LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, ProcessRunner* runner = nullptr);
   ~LocalAgent();
   LocalAgent(const LocalAgent&) = delete;
   LocalAgent& operator=(const LocalAgent&) = delete;
@@ -121,6 +123,7 @@ class LocalAgent {
   AgentOptions opts_;
   OutputSink& sink_;
   Watchdog* watchdog_;
+  ProcessRunner& runner_;
   std::vector<Worker> workers_;
   UniqueFd control_rd_, control_wr_;
   std::mutex control_mu_;

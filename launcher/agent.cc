@@ -80,52 +80,30 @@ LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, 
 
 LocalAgent::~LocalAgent() = default;
 
-void LocalAgent::request_teardown(std::string message, int exit_code) {
+void LocalAgent::post(Request r) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    if (!control_request_) control_request_.emplace(std::move(message), exit_code);
+    requests_.push_back(std::move(r));
   }
   wake();
+}
+
+void LocalAgent::request_teardown(std::string message, int exit_code) {
+  post(TeardownRequest{std::move(message), exit_code});
 }
 
 void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    remote_failures_.push_back({rank, std::move(host), wait_status});
-  }
-  wake();
+  post(FailedWorker{rank, std::move(host), wait_status});
 }
 
-void LocalAgent::remote_exited_0(int rank) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    exit0_requests_.emplace_back(rank, runner_.now());
-  }
-  wake();
-}
+void LocalAgent::remote_exited_0(int rank) { post(RankEnded{rank, runner_.now(), false}); }
 
-void LocalAgent::rank_left(int rank) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    left_requests_.emplace_back(rank, runner_.now());
-  }
-  wake();
-}
+void LocalAgent::rank_left(int rank) { post(RankEnded{rank, runner_.now(), true}); }
 
-void LocalAgent::rank_lost_peer(int rank, int peer) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    lost_requests_.emplace_back(rank, peer);
-  }
-  wake();
-}
+void LocalAgent::rank_lost_peer(int rank, int peer) { post(LostPeer{rank, peer}); }
 
 void LocalAgent::report_silence(int rank, int peer, std::string message) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    silence_requests_.push_back({rank, peer, std::move(message)});
-  }
-  wake();
+  post(SilenceReport{rank, peer, std::move(message)});
 }
 
 int LocalAgent::job_size() const {
@@ -169,21 +147,9 @@ void LocalAgent::report_stall_culprit() {
   teardown(msg, 1);
 }
 
-void LocalAgent::slurm_signal(int sig) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    slurm_signal_requests_.push_back(sig);
-  }
-  wake();
-}
+void LocalAgent::slurm_signal(int sig) { post(SignalRequest{sig, true}); }
 
-void LocalAgent::request_signal(int sig) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    signal_requests_.push_back(sig);
-  }
-  wake();
-}
+void LocalAgent::request_signal(int sig) { post(SignalRequest{sig, false}); }
 
 void LocalAgent::wake() {
   char c = 1;
@@ -411,39 +377,33 @@ void LocalAgent::handle_slurm_signal(int sig) {
     sink_.notice(msg);
 }
 
-// What the other threads asked for (remote hosts' reports, relayed signals, a teardown).
+// What the other threads asked for (remote hosts' reports, relayed signals, a teardown),
+// in the order they asked.
 void LocalAgent::take_requests() {
-  std::optional<std::pair<std::string, int>> req;
-  std::vector<int> sigs;
-  std::vector<FailedWorker> remote;
-  std::vector<std::pair<int, double>> left;
-  std::vector<SilenceReport> silences;
-  std::vector<std::pair<int, double>> exit0;
-  std::vector<std::pair<int, int>> lost;
-  std::vector<int> slurm_sigs;
+  std::vector<Request> requests;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    slurm_sigs.swap(slurm_signal_requests_);
-    exit0.swap(exit0_requests_);
-    lost.swap(lost_requests_);
-    silences.swap(silence_requests_);
-    req.swap(control_request_);
-    sigs.swap(signal_requests_);
-    remote.swap(remote_failures_);
-    left.swap(left_requests_);
+    requests.swap(requests_);
   }
-  for (auto& f : remote) note_failure(std::move(f));
-  for (auto& [rank, when] : left) left_.emplace(rank, when);
-  for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
-  for (auto& [rank, peer] : lost) lost_.emplace(rank, peer);
-  for (auto& s : silences) {
-    if (tearing_down_) break;
-    silences_.push_back(std::move(s));
+  for (auto& r : requests) apply(r);
+}
+
+void LocalAgent::apply(Request& r) {
+  if (auto* t = std::get_if<TeardownRequest>(&r)) {
+    teardown(t->message, t->exit_code);
+  } else if (auto* s = std::get_if<SignalRequest>(&r)) {
+    if (s->from_slurm) handle_slurm_signal(s->sig);
+    else handle_signal(s->sig, true);
+  } else if (auto* f = std::get_if<FailedWorker>(&r)) {
+    note_failure(std::move(*f));
+  } else if (auto* e = std::get_if<RankEnded>(&r)) {
+    (e->left ? left_ : exited_0_).emplace(e->rank, e->when);
+  } else if (auto* l = std::get_if<LostPeer>(&r)) {
+    lost_.emplace(l->rank, l->peer);
+  } else if (auto* silence = std::get_if<SilenceReport>(&r); silence && !tearing_down_) {
+    silences_.push_back(std::move(*silence));
     if (!silence_at_) silence_at_ = runner_.now() + kSilenceWindow;
   }
-  for (int sig : slurm_sigs) handle_slurm_signal(sig);
-  for (int sig : sigs) handle_signal(sig, true);
-  if (req) teardown(req->first, req->second);
 }
 
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
@@ -658,13 +618,15 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   // ended, but before their output was written: `hvdrun ... | (sleep 1; head -c 10)`; a
   // full disk under --output-filename): the sink asks for a teardown, and a job that had
   // otherwise succeeded ends with that code and word, not with 0 and output cut short.
-  std::optional<std::pair<std::string, int>> late;
+  std::optional<TeardownRequest> late;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    late.swap(control_request_);
+    for (auto& r : requests_)
+      if (auto* t = std::get_if<TeardownRequest>(&r); t && !late) late = std::move(*t);
+    requests_.clear();
   }
   if (late) {
-    teardown(late->first, late->second);  // (every group is gone: it signals nobody)
+    teardown(late->message, late->exit_code);  // (every group is gone: it signals nobody)
     sink_.drain();
   }
   return result_;

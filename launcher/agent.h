@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -126,27 +127,43 @@ class LocalAgent {
   ProcessRunner& runner_;
   std::vector<Worker> workers_;
   UniqueFd control_rd_, control_wr_;
+  // What the other threads ask the loop, in the order they asked (one queue, under
+  // control_mu_; taken by take_requests).
+  struct TeardownRequest {
+    std::string message;
+    int exit_code;
+  };
+  struct SignalRequest {
+    int sig;
+    bool from_slurm;  // an agent's kSlurmSignal; else relayed by the launcher
+  };
+  struct RankEnded {
+    int rank;
+    double when;
+    bool left;  // left the job (its rendezvous connection closed); else exited with 0
+  };
+  struct LostPeer {
+    int rank, peer;
+  };
+  struct FailedWorker {
+    int rank;
+    std::string host;
+    int status;
+  };
+  using Request = std::variant<TeardownRequest, SignalRequest, FailedWorker, RankEnded, LostPeer, SilenceReport>;
+  void post(Request r);
+  void apply(Request& r);
   std::mutex control_mu_;
-  std::optional<std::pair<std::string, int>> control_request_;
-  std::vector<int> signal_requests_;
+  std::vector<Request> requests_;  // under control_mu_
   std::vector<RemoteControl*> remotes_;
   const std::vector<std::string>* rank_hosts_ = nullptr;
 
   bool tearing_down_ = false;
   bool killed_ = false;
   std::optional<double> kill_deadline_;
-  struct FailedWorker {
-    int rank;
-    std::string host;
-    int status;
-  };
   std::vector<FailedWorker> failures_;
-  std::vector<FailedWorker> remote_failures_;  // under control_mu_
   std::set<pid_t> preexisting_;  // children of this process before the workers started
   std::set<pid_t> adopted_;      // adopted descendants already sent SIGTERM
-  std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
-  std::vector<std::pair<int, double>> exit0_requests_;  // under control_mu_: (rank, when)
-  std::vector<std::pair<int, int>> lost_requests_;      // under control_mu_: (rank, peer)
   std::map<int, int> lost_;         // ranks that failed on a peer's closed connection -> peer
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
@@ -157,9 +174,7 @@ class LocalAgent {
   void handle_signal(int sig, bool from_launcher, pid_t sender = 0);
   void handle_slurm_signal(int sig);
   bool slurm_said_ = false;  // the job's "received SIGTERM from Slurm" is out
-  std::vector<int> slurm_signal_requests_;  // under control_mu_
   std::optional<double> report_at_;  // when the failures seen so far are reported
-  std::vector<SilenceReport> silence_requests_;  // under control_mu_
   std::vector<SilenceReport> silences_;
   std::optional<double> silence_at_;  // when the silence reports so far are weighed
   void report_stall_culprit();

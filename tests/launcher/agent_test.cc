@@ -297,6 +297,20 @@ TEST(LocalAgent, SlurmSignalDuringATeardownIsSaidOnceAndKeepsTheGrace) {
   for (const auto& s : runner.sent) EXPECT_NE(s.sig, SIGKILL);
 }
 
+// What other threads ask is taken in the order they asked (one queue): a teardown asked
+// before the launcher's SIGTERM is the job's end; the signals went first, whatever the order.
+TEST(LocalAgent, RequestsAreTakenInTheOrderAsked) {
+  RecordingSink sink;
+  FakeProcessRunner runner;
+  LocalAgent agent(AgentOptions{}, sink, nullptr, &runner);
+  agent.request_teardown("hvdrun: --output-filename: cannot write", 7);
+  agent.request_signal(SIGTERM);
+  AgentResult r = agent.run({fake_worker(0)});
+  EXPECT_EQ(r.exit_code, 7);
+  ASSERT_EQ(sink.notices.size(), 1u);
+  EXPECT_EQ(sink.notices[0], "hvdrun: --output-filename: cannot write");
+}
+
 // A second interrupt relayed by the launcher (SIGKILL) ends the grace at once.
 TEST(LocalAgent, SecondInterruptKillsAtOnce) {
   RecordingSink sink;

@@ -231,6 +231,17 @@ void LocalAgent::reap() {
   }
 }
 
+namespace {
+
+// "was killed by signal 9 (SIGKILL)" or "exited with code 3".
+std::string how_it_ended(int status) {
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+}  // namespace
+
 // A worker killed by a signal closes its sockets a moment before its parent can reap it,
 // so its peers may fail and exit first. Failures seen within kFailureWindow of the first
 // are weighed together: a signal death is the likelier cause, then the lowest rank (as
@@ -248,61 +259,67 @@ void LocalAgent::report_failure(bool can_wait) {
     return a.rank < b.rank;
   };
   const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
-  // The ranks that failed on a closed connection named the peer they lost: one that exited
-  // 0 or left without failing is the cause, whatever order the hosts' reports came in.
-  std::optional<int> lost_culprit;
-  if (!opts_.on_failure && !WIFSIGNALED(f.status)) {
-    std::set<int> failed, left, exited_0;
-    for (const auto& x : failures_) failed.insert(x.rank);
-    for (const auto& [rank, when] : left_) left.insert(rank);
-    for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
-    double wait_until = first_failure_at_ + kLostPeerWait;
-    bool final = !can_wait || runner_.now() >= wait_until;
-    LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
-    if (v.pending && !final) {
-      report_at_ = std::min(runner_.now() + 0.05, wait_until);
-      return;
-    }
-    lost_culprit = v.culprit;
+  // Agent mode: hvdrun has every failure (note_failure) and weighs them; a signal death is
+  // the cause whatever left before it.
+  bool weigh_early = !opts_.on_failure && !WIFSIGNALED(f.status);
+  std::optional<int> early;
+  if (weigh_early) {
+    auto lost = lost_peer_verdict(can_wait);
+    if (!lost) return;  // the lost peer's end may still come: asked again shortly
+    early = *lost;
   }
   report_at_.reset();
-  // A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
-  // the failures itself, is the likelier cause: its peers fail on its closed connections.
-  // The first to leave is blamed; unless a rank was killed by a signal, the likeliest
-  // cause of all (a killed remote rank's connection can close after an innocent peer's,
-  // whose own failure is still on its way from its host).
+  if (!early) early = left_before_failure();
+  if (early && weigh_early) {
+    int rank = *early;
+    std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
+    msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";
+    msg += " while the other ranks still waited on it, without hvd_shutdown; then rank " + std::to_string(f.rank) +
+           " (host " + f.host + ") " + how_it_ended(f.status);
+    teardown(msg, exit_code::kExitedEarly);
+    return;
+  }
+  if (opts_.on_failure) {
+    teardown("", exit_code_of(f.status));
+    return;
+  }
+  teardown("hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") " + how_it_ended(f.status),
+           exit_code_of(f.status));
+}
+
+// The ranks that failed on a closed connection named the peer they lost: one that exited 0
+// or left without failing is the cause, whatever order the hosts' reports came in. The
+// outer nullopt: the verdict waits (up to kLostPeerWait after the first failure, unless
+// !can_wait) for a lost peer's end to be heard of; report_at_ is set to ask again.
+std::optional<std::optional<int>> LocalAgent::lost_peer_verdict(bool can_wait) {
+  std::set<int> failed, left, exited_0;
+  for (const auto& x : failures_) failed.insert(x.rank);
+  for (const auto& [rank, when] : left_) left.insert(rank);
+  for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
+  double wait_until = first_failure_at_ + kLostPeerWait;
+  bool final = !can_wait || runner_.now() >= wait_until;
+  LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
+  if (v.pending && !final) {
+    report_at_ = std::min(runner_.now() + 0.05, wait_until);
+    return std::nullopt;
+  }
+  return std::optional<int>(v.culprit);
+}
+
+// A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
+// the failures itself, is the likelier cause: its peers fail on its closed connections.
+// The first to leave is blamed; unless a rank was killed by a signal, the likeliest cause
+// of all (a killed remote rank's connection can close after an innocent peer's, whose own
+// failure is still on its way from its host).
+std::optional<int> LocalAgent::left_before_failure() const {
   std::optional<std::pair<int, double>> left_first;
   for (const auto& [rank, when] : left_) {
     if (when > first_failure_at_) continue;
     bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
     if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
   }
-  // The lost-peer verdict (causal) before the order of arrival (left before the failure).
-  std::optional<int> early = lost_culprit;
-  if (!early && left_first) early = left_first->first;
-  if (early && !opts_.on_failure && !WIFSIGNALED(f.status)) {
-    int rank = *early;
-    std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
-    msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";
-    msg += " while the other ranks still waited on it, without hvd_shutdown; then rank " + std::to_string(f.rank) +
-           " (host " + f.host + ") ";
-    if (WIFSIGNALED(f.status))
-      msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
-    else
-      msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
-    teardown(msg, exit_code::kExitedEarly);
-    return;
-  }
-  if (opts_.on_failure) {  // agent mode: hvdrun has every failure (note_failure) and weighs them
-    teardown("", exit_code_of(f.status));
-    return;
-  }
-  std::string msg = "hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") ";
-  if (WIFSIGNALED(f.status))
-    msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
-  else
-    msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
-  teardown(msg, exit_code_of(f.status));
+  if (!left_first) return std::nullopt;
+  return left_first->first;
 }
 
 std::string LocalAgent::rank_host(int rank) const {
@@ -406,32 +423,52 @@ void LocalAgent::apply(Request& r) {
   }
 }
 
+// Rank 0's stdin relayed from hvdrun's terminal (the worker is in another process group
+// and may not read the tty): the loop reads hvdrun's stdin and writes it to a pipe.
+struct LocalAgent::StdinRelay {
+  UniqueFd in, out;     // in: what rank 0 reads; out: our write end (non-blocking)
+  std::string pending;  // read from hvdrun's stdin, not yet written
+  bool open = false;
+};
+
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   sigset_t sigs;
   sigemptyset(&sigs);
   for (int s : handled_signals()) sigaddset(&sigs, s);
   UniqueFd sigfd(signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
-
-  // Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
-  // is our terminal (the worker is in another process group and may not read the tty).
-  UniqueFd relay_in, relay_out;  // relay_in: what rank 0 reads; relay_out: our write end
-  bool relay_stdin = false;
-  int rank0_stdin = opts_.rank0_stdin_fd;
-  if (rank0_stdin < 0 && opts_.stdin_to_rank0 && stdin_is_ours_to_read()) {
-    if (isatty(0)) {
-      int p[2];
-      if (pipe2(p, O_CLOEXEC) == 0) {
-        relay_in.reset(p[0]);
-        relay_out.reset(p[1]);
-        fcntl(relay_out.get(), F_SETFL, O_NONBLOCK);
-        rank0_stdin = relay_in.get();
-        relay_stdin = true;
-      }
-    } else {
-      rank0_stdin = 0;
+  StdinRelay relay;
+  spawn_workers(launches, rank0_stdin(relay));
+  relay.in.reset();
+  std::optional<double> drain_deadline;
+  while (true) {
+    bool all_exited = look_at_ends();
+    if (all_exited && job_over(drain_deadline)) break;
+    if (kill_deadline_ && runner_.now() >= *kill_deadline_) {
+      signal_all(SIGKILL);
+      killed_ = true;
+      kill_deadline_.reset();
     }
+    if (!wait_and_handle(sigfd.get(), relay, all_exited, drain_deadline)) break;
   }
+  finish();
+  return result_;
+}
 
+// Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
+// is our terminal. -1: none (/dev/null).
+int LocalAgent::rank0_stdin(StdinRelay& relay) {
+  if (opts_.rank0_stdin_fd >= 0 || !opts_.stdin_to_rank0 || !stdin_is_ours_to_read()) return opts_.rank0_stdin_fd;
+  if (!isatty(0)) return 0;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  relay.in.reset(p[0]);
+  relay.out.reset(p[1]);
+  fcntl(relay.out.get(), F_SETFL, O_NONBLOCK);
+  relay.open = true;
+  return relay.in.get();
+}
+
+void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin) {
   // Children from before the workers (the watchdog, SSH or launch-command clients, srun):
   // never taken for a rank's descendants.
   preexisting_ = runner_.children();
@@ -454,161 +491,168 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (watchdog_) watchdog_->watch(w.pid);
     workers_.push_back(std::move(w));
   }
-  relay_in.reset();
+}
 
-  std::string stdin_pending;
-  bool stdin_open = relay_stdin;
-  std::optional<double> drain_deadline;
-  std::vector<pollfd> pfds;
-  std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index -> (worker, stream)
-  std::vector<char> buf(kReadChunk);
+// The workers' and the remotes' ends, what other threads asked, and the verdicts now due.
+// True when every worker here and every remote has ended.
+bool LocalAgent::look_at_ends() {
+  reap();
+  forget_ended_groups();
+  bool all_exited = true;
+  for (auto& w : workers_) all_exited = all_exited && w.exited;
+  for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
+  // A remote's thread asks (say, for a teardown) before it marks itself finished: what it
+  // asked is taken before the loop can end on that mark, not lost with the wake-up.
+  take_requests();
+  if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
+  if (silence_at_ &&
+      (all_exited || runner_.now() >= *silence_at_ || silence_accounted(silences_, ended_ranks(), job_size())))
+    report_stall_culprit();
+  // While silence reports are weighed, the failures they cause wait for that verdict.
+  if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || runner_.now() >= *report_at_)) {
+    if (tearing_down_)
+      report_at_.reset();
+    else
+      report_failure(!all_exited);
+  }
+  return all_exited;
+}
 
-  while (true) {
-    reap();
-    forget_ended_groups();
-    bool all_exited = true;
-    for (auto& w : workers_) all_exited = all_exited && w.exited;
-    for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
-    // A remote's thread asks (say, for a teardown) before it marks itself finished: what it
-    // asked is taken before the loop can end on that mark, not lost with the wake-up.
-    take_requests();
-    if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
-    if (silence_at_ &&
-        (all_exited || runner_.now() >= *silence_at_ ||
-         silence_accounted(silences_, ended_ranks(), job_size())))
-      report_stall_culprit();
-    // While silence reports are weighed, the failures they cause wait for that verdict.
-    if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || runner_.now() >= *report_at_)) {
-      if (tearing_down_)
-        report_at_.reset();
-      else
-        report_failure(!all_exited);
+// Every worker has exited: whatever they left behind is ended (adopted descendants, their
+// groups), then their pipes drained. True when nothing is left to wait for.
+bool LocalAgent::job_over(std::optional<double>& drain_deadline) {
+  bool pipes_open = false;
+  for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
+  if (end_adopted()) return false;  // wait for them (the kill deadline turns SIGTERM into SIGKILL)
+  if (any_group_alive()) {
+    // Leaders are gone but something they started lingers in a group: end it.
+    if (!kill_deadline_ && !killed_) {
+      signal_all(SIGTERM);
+      kill_deadline_ = runner_.now() + opts_.kill_grace;
     }
-    bool pipes_open = false;
-    for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
-    if (all_exited) {
-      // Descendants that left their rank's group and session (setsid daemons) and were
-      // adopted by this subreaper when their parents died: they end with the job too.
-      bool adopted_alive = false;
-      for (pid_t c : runner_.children()) {
-        if (preexisting_.count(c)) continue;
-        bool worker = false;
-        for (const auto& w : workers_) worker = worker || w.pid == c;
-        if (worker) continue;
-        adopted_alive = true;
-        if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
-          adopted_.insert(c);
-          runner_.signal_process(c, SIGCONT);
-          runner_.signal_process(c, SIGTERM);
-          if (runner_.group_of(c) == c) runner_.signal_group(c, SIGTERM);
-          if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + opts_.kill_grace;
-        } else if (killed_) {
-          runner_.signal_process(c, SIGKILL);
-          if (runner_.group_of(c) == c) runner_.signal_group(c, SIGKILL);
-        }
-      }
-      if (adopted_alive) {
-        // wait for them (the kill deadline below turns SIGTERM into SIGKILL)
-      } else if (any_group_alive()) {
-        // Leaders are gone but something they started lingers in a group: end it.
-        if (!kill_deadline_ && !killed_) {
-          signal_all(SIGTERM);
-          kill_deadline_ = runner_.now() + opts_.kill_grace;
-        }
-      } else {
-        if (!pipes_open) break;
-        if (!drain_deadline) drain_deadline = runner_.now() + kDrainAfterExit;
-        if (runner_.now() >= *drain_deadline) break;
-      }
-    }
-    if (kill_deadline_ && runner_.now() >= *kill_deadline_) {
-      signal_all(SIGKILL);
-      killed_ = true;
-      kill_deadline_.reset();
-    }
+    return false;
+  }
+  if (!pipes_open) return true;
+  if (!drain_deadline) drain_deadline = runner_.now() + kDrainAfterExit;
+  return runner_.now() >= *drain_deadline;
+}
 
-    pfds.clear();
-    pipe_of.clear();
-    pfds.push_back({sigfd.get(), POLLIN, 0});
-    pfds.push_back({control_rd_.get(), POLLIN, 0});
-    int stdin_idx = -1, relay_idx = -1;
-    if (stdin_open && relay_out.valid()) {
-      if (stdin_pending.empty()) {
-        stdin_idx = static_cast<int>(pfds.size());
-        pfds.push_back({0, POLLIN, 0});
-      } else {
-        relay_idx = static_cast<int>(pfds.size());
-        pfds.push_back({relay_out.get(), POLLOUT, 0});
-      }
-    }
-    bool congested = sink_.congested();
-    if (!congested) {
-      for (auto& w : workers_)
-        for (int s = 0; s < 2; ++s)
-          if (w.pipes[s].valid()) {
-            pipe_of.emplace_back(&w, s);
-            pfds.push_back({w.pipes[s].get(), POLLIN, 0});
-          }
-    }
-    double timeout = 1.0;
-    if (congested) timeout = 0.005;
-    if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - runner_.now());
-    if (drain_deadline) timeout = std::min(timeout, *drain_deadline - runner_.now());
-    if (report_at_) timeout = std::min(timeout, *report_at_ - runner_.now());
-    if (silence_at_) timeout = std::min(timeout, *silence_at_ - runner_.now());
-    if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
-    int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
-
-    int n = runner_.wait(pfds.data(), pfds.size(), timeout_ms);
-    if (n < 0 && errno != EINTR) break;
-    if (n <= 0) continue;
-
-    if (pfds[0].revents & POLLIN) {
-      signalfd_siginfo si;
-      while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        handle_signal(static_cast<int>(si.ssi_signo), false, static_cast<pid_t>(si.ssi_pid));
-      }
-    }
-    if (pfds[1].revents & POLLIN) {
-      char drainbuf[64];
-      while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
-      }
-      take_requests();
-    }
-    if (stdin_idx >= 0 && (pfds[stdin_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
-      char in[4096];
-      ssize_t r = read(0, in, sizeof in);
-      if (r > 0) {
-        stdin_pending.assign(in, static_cast<size_t>(r));
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        stdin_open = false;
-        relay_out.reset();
-      }
-    }
-    if (relay_idx >= 0 && (pfds[relay_idx].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      ssize_t r = write(relay_out.get(), stdin_pending.data(), stdin_pending.size());
-      if (r > 0) {
-        stdin_pending.erase(0, static_cast<size_t>(r));
-      } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
-        stdin_open = false;  // rank 0 closed its stdin
-        relay_out.reset();
-      }
-    }
-    for (size_t i = 0; i < pipe_of.size(); ++i) {
-      const pollfd& p = pfds[pfds.size() - pipe_of.size() + i];
-      if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto [w, s] = pipe_of[i];
-      ssize_t r = read(w->pipes[s].get(), buf.data(), buf.size());
-      StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
-      if (r > 0) {
-        sink_.write_lines(w->rank, kind, w->split[s].feed(std::string_view(buf.data(), static_cast<size_t>(r))));
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        sink_.write_lines(w->rank, kind, w->split[s].flush());
-        w->pipes[s].reset();
-      }
+// Descendants that left their rank's group and session (setsid daemons) and were adopted
+// by this subreaper when their parents died: they end with the job too. True while any
+// is alive.
+bool LocalAgent::end_adopted() {
+  bool adopted_alive = false;
+  for (pid_t c : runner_.children()) {
+    if (preexisting_.count(c)) continue;
+    bool worker = false;
+    for (const auto& w : workers_) worker = worker || w.pid == c;
+    if (worker) continue;
+    adopted_alive = true;
+    if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
+      adopted_.insert(c);
+      runner_.signal_process(c, SIGCONT);
+      runner_.signal_process(c, SIGTERM);
+      if (runner_.group_of(c) == c) runner_.signal_group(c, SIGTERM);
+      if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + opts_.kill_grace;
+    } else if (killed_) {
+      runner_.signal_process(c, SIGKILL);
+      if (runner_.group_of(c) == c) runner_.signal_group(c, SIGKILL);
     }
   }
-  // Whatever is still buffered (pipes held open by an escaped process): flush partial lines.
+  return adopted_alive;
+}
+
+// How long the loop may wait: until the next deadline, briefly while the sink is congested
+// or lingering groups are polled, a second at most.
+int LocalAgent::wait_ms(bool congested, bool all_exited, const std::optional<double>& drain_deadline) {
+  double timeout = congested ? 0.005 : 1.0;
+  for (const auto& d : {kill_deadline_, drain_deadline, report_at_, silence_at_})
+    if (d) timeout = std::min(timeout, *d - runner_.now());
+  if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
+  return std::max(0, static_cast<int>(timeout * 1000) + 1);
+}
+
+// One wait on the signalfd, the control pipe, the stdin relay and the workers' pipes, and
+// what came. False when waiting failed.
+bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
+                                 const std::optional<double>& drain_deadline) {
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {control_rd_.get(), POLLIN, 0}};
+  int relay_idx = -1;
+  if (relay.open && relay.out.valid()) {
+    relay_idx = static_cast<int>(pfds.size());
+    pfds.push_back(relay.pending.empty() ? pollfd{0, POLLIN, 0} : pollfd{relay.out.get(), POLLOUT, 0});
+  }
+  std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index - first_pipe -> (worker, stream)
+  size_t first_pipe = pfds.size();
+  bool congested = sink_.congested();
+  if (!congested)
+    for (auto& w : workers_)
+      for (int s = 0; s < 2; ++s)
+        if (w.pipes[s].valid()) {
+          pipe_of.emplace_back(&w, s);
+          pfds.push_back({w.pipes[s].get(), POLLIN, 0});
+        }
+  int n = runner_.wait(pfds.data(), pfds.size(), wait_ms(congested, all_exited, drain_deadline));
+  if (n < 0 && errno != EINTR) return false;
+  if (n <= 0) return true;
+  if (pfds[0].revents & POLLIN) read_signals(sigfd);
+  if (pfds[1].revents & POLLIN) {
+    char drainbuf[64];
+    while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
+    }
+    take_requests();
+  }
+  if (relay_idx >= 0) relay_stdin(relay, pfds[relay_idx].revents);
+  for (size_t i = 0; i < pipe_of.size(); ++i)
+    if (pfds[first_pipe + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
+  return true;
+}
+
+void LocalAgent::read_signals(int sigfd) {
+  signalfd_siginfo si;
+  while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+    handle_signal(static_cast<int>(si.ssi_signo), false, static_cast<pid_t>(si.ssi_pid));
+}
+
+// hvdrun's stdin read (nothing pending) or written to rank 0's pipe (something pending).
+void LocalAgent::relay_stdin(StdinRelay& relay, short revents) {
+  if (relay.pending.empty()) {
+    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+    char in[4096];
+    ssize_t r = read(0, in, sizeof in);
+    if (r > 0) {
+      relay.pending.assign(in, static_cast<size_t>(r));
+    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+      relay.open = false;
+      relay.out.reset();
+    }
+    return;
+  }
+  if (!(revents & (POLLOUT | POLLERR | POLLHUP))) return;
+  ssize_t r = write(relay.out.get(), relay.pending.data(), relay.pending.size());
+  if (r > 0) {
+    relay.pending.erase(0, static_cast<size_t>(r));
+  } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
+    relay.open = false;  // rank 0 closed its stdin
+    relay.out.reset();
+  }
+}
+
+void LocalAgent::read_output(Worker& w, int s) {
+  char buf[kReadChunk];
+  ssize_t r = read(w.pipes[s].get(), buf, sizeof buf);
+  StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
+  if (r > 0) {
+    sink_.write_lines(w.rank, kind, w.split[s].feed(std::string_view(buf, static_cast<size_t>(r))));
+  } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+    sink_.write_lines(w.rank, kind, w.split[s].flush());
+    w.pipes[s].reset();
+  }
+}
+
+// The loop is over: partial lines still buffered (pipes held open by an escaped process)
+// are written, the sink drained, and a teardown asked meanwhile taken.
+void LocalAgent::finish() {
   for (auto& w : workers_)
     for (int s = 0; s < 2; ++s)
       if (w.pipes[s].valid())
@@ -629,7 +673,6 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     teardown(late->message, late->exit_code);  // (every group is gone: it signals nobody)
     sink_.drain();
   }
-  return result_;
 }
 
 }  // namespace hvdrun

@@ -118,8 +118,23 @@ class LocalAgent {
   // `can_wait`: the verdict may wait for a lost peer's end to be heard of (not once every
   // worker has exited).
   void report_failure(bool can_wait);
+  std::optional<std::optional<int>> lost_peer_verdict(bool can_wait);
+  std::optional<int> left_before_failure() const;
   bool any_group_alive();
   void forget_ended_groups();
+  // The parts of run().
+  struct StdinRelay;
+  int rank0_stdin(StdinRelay& relay);
+  void spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin);
+  bool look_at_ends();
+  bool job_over(std::optional<double>& drain_deadline);
+  bool end_adopted();
+  int wait_ms(bool congested, bool all_exited, const std::optional<double>& drain_deadline);
+  bool wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited, const std::optional<double>& drain_deadline);
+  void read_signals(int sigfd);
+  void relay_stdin(StdinRelay& relay, short revents);
+  void read_output(Worker& w, int stream);
+  void finish();
 
   AgentOptions opts_;
   OutputSink& sink_;

@@ -66,6 +66,15 @@ class RemoteHost : public RemoteControl {
   std::string describe_exit(const std::string& what);
   Error stream_error(const Error& e) const;
   void relay(LocalAgent& agent, OutputSink& sink);
+  using Clock = std::chrono::steady_clock;
+  struct RelayState {
+    Clock::time_point last_heard, last_sent;  // the agent's last bytes, our last heartbeat
+    bool stop_sent = false;  // a Ctrl-Z's SIGSTOP went to the agent, and no SIGCONT yet
+    bool failed_reported = false;  // the agent reported a failed rank (kFailed)
+  };
+  void send_queued_signals(RelayState& st);
+  bool take_frame(const agentwire::Frame& f, LocalAgent& agent, OutputSink& sink, RelayState& st);
+  bool read_link(LocalAgent& agent, OutputSink& sink, RelayState& st);
   void relay_stderr(OutputSink& sink);
   void wait_for_agent_exit(OutputSink& sink);
   static constexpr double kAgentExitWait = 5;  // seconds from the agent's kDone to its exit

@@ -28,6 +28,7 @@
 #include "launcher/async_writer.h"
 #include "launcher/budget.h"
 #include "launcher/exit_status.h"
+#include "launcher/link_liveness.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -345,26 +346,21 @@ struct LinkThreads {
 // hvdrun is gone (EOF, or silent for the heartbeat time-out): then the workers are ended.
 void control_loop(LocalAgent& agent, agentwire::FrameReader& reader, LinkThreads& threads, int in_fd, double silence,
                   double grace) {
-  auto last_heard = std::chrono::steady_clock::now();
-  // hvdrun relayed a SIGSTOP: Ctrl-Z, and it stops itself next. Its silence until it
-  // relays the SIGCONT (fg, bg) is that stop, not a lost launcher: a job held longer than
-  // the heartbeat time-out ran on after fg, as a local one does (and as under mpirun or
-  // srun). EOF still ends the ranks (hvdrun killed while stopped).
-  bool launcher_stopped = false;
+  // hvdrun's silence after it relayed a Ctrl-Z's SIGSTOP is that stop (LinkLiveness); EOF
+  // still ends the ranks (hvdrun killed while stopped).
+  LinkLiveness liveness(silence, std::chrono::steady_clock::now());
   while (true) {
     NoFrame why = NoFrame::kClosed;
     auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &why);
     if (!f && why == NoFrame::kStopped) return;  // the job is over here: kDone has gone
-    if (!f && why == NoFrame::kTimedOut && launcher_stopped) continue;
+    if (!f && why == NoFrame::kTimedOut && liveness.held()) continue;
     if (!f) {
-      auto quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
-      g_lost_contact_s = std::max(1, static_cast<int>(quiet + 0.5));
+      g_lost_contact_s = std::max(1, static_cast<int>(liveness.quiet_s(std::chrono::steady_clock::now()) + 0.5));
       break;
     }
-    last_heard = std::chrono::steady_clock::now();
+    liveness.heard(std::chrono::steady_clock::now());
     if (auto sig = agentwire::decode_signal(f->payload); f->type == Type::kSignal && sig) {
-      if (*sig == SIGSTOP) launcher_stopped = true;
-      if (*sig == SIGCONT) launcher_stopped = false;
+      liveness.relayed(*sig, std::chrono::steady_clock::now());
       agent.request_signal(*sig);
     }
     if (f->type == Type::kStdin && g_stdin_writer) {

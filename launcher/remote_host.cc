@@ -152,8 +152,7 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
     agent.request_teardown("hvdrun: host " + host_ + ": connection lost before the start", exit_code::kLaunchFailed);
     return;
   }
-  RelayState st;
-  st.last_heard = st.last_sent = Clock::now();
+  RelayState st{LinkLiveness(settings_.heartbeat_timeout, Clock::now()), Clock::now()};
   while (true) {
     auto now = Clock::now();
     if (now - st.last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval) &&
@@ -161,12 +160,10 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
       (void)link_->write(agentwire::encode(Type::kHeartbeat, ""));
       st.last_sent = now;
     }
-    // Between the SIGSTOP of a Ctrl-Z and the SIGCONT after it, hvdrun was stopped itself:
-    // the agent's silence over that time is not counted (the agent does not count ours).
-    if (!st.stop_sent && now - st.last_heard > std::chrono::duration<double>(settings_.heartbeat_timeout)) {
+    if (st.liveness.lost(now)) {
       // The host or the network is down, or hvdrun itself was stopped (SIGSTOP, a paused VM)
       // past HVDRUN_HEARTBEAT_TIMEOUT: either way the agent there has ended its ranks.
-      int quiet = static_cast<int>(std::chrono::duration<double>(now - st.last_heard).count() + 0.5);
+      int quiet = static_cast<int>(st.liveness.quiet_s(now) + 0.5);
       agent.request_teardown(lost_contact_message(quiet), exit_code::kLostContact);
       return;
     }
@@ -195,11 +192,7 @@ void RemoteHost::send_queued_signals(RelayState& st) {
   size_t sent = 0;
   for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
     (void)link_->write(agentwire::encode_signal(sigs[sent]));
-    if (sigs[sent] == SIGSTOP) st.stop_sent = true;
-    if (sigs[sent] == SIGCONT && st.stop_sent) {
-      st.stop_sent = false;
-      st.last_heard = Clock::now();
-    }
+    st.liveness.relayed(sigs[sent], Clock::now());
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -257,7 +250,7 @@ bool RemoteHost::read_link(LocalAgent& agent, OutputSink& sink, RelayState& st) 
                            exit_code::kLostContact);
     return false;
   }
-  if (!bytes->empty()) st.last_heard = Clock::now();
+  if (!bytes->empty()) st.liveness.heard(Clock::now());
   relay_stderr(sink);
   if (!bytes->empty())
     if (auto s = reader_.feed(*bytes); !s) {

@@ -19,6 +19,7 @@
 #include "launcher/output_sink.h"
 #include "launcher/agent_messages.h"
 #include "launcher/agent_wire.h"
+#include "launcher/link_liveness.h"
 #include "launcher/starter.h"
 
 namespace hvdrun {
@@ -68,8 +69,8 @@ class RemoteHost : public RemoteControl {
   void relay(LocalAgent& agent, OutputSink& sink);
   using Clock = std::chrono::steady_clock;
   struct RelayState {
-    Clock::time_point last_heard, last_sent;  // the agent's last bytes, our last heartbeat
-    bool stop_sent = false;  // a Ctrl-Z's SIGSTOP went to the agent, and no SIGCONT yet
+    LinkLiveness liveness;          // the agent's silence, and the Ctrl-Z exemption
+    Clock::time_point last_sent;    // our last heartbeat
     bool failed_reported = false;  // the agent reported a failed rank (kFailed)
   };
   void send_queued_signals(RelayState& st);

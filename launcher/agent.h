@@ -18,6 +18,7 @@
 
 #include "common/unique_fd.h"
 #include "launcher/blame.h"
+#include "launcher/line_splitter.h"
 #include "launcher/output_sink.h"
 #include "launcher/process_runner.h"
 #include "launcher/spawn.h"
@@ -110,7 +111,17 @@ class LocalAgent {
   void wake();
 
  private:
-  struct Worker;
+  struct Worker {
+    int rank = 0;
+    std::string host;
+    pid_t pid = -1;
+    bool exited = false;
+    // The leader was reaped and nothing was left in its group: the group id is free, and may
+    // become another process's (pids wrap, at 32768 on many machines): never signalled again.
+    bool group_gone = false;
+    UniqueFd pipes[2];  // stdout, stderr read ends
+    LineSplitter split[2];
+  };
   void teardown(const std::string& message, int exit_code);
   void signal_all(int sig);
   void reap();

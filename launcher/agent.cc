@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/signalfd.h>
 
 #include <sys/wait.h>
 #include <termios.h>
@@ -190,10 +189,7 @@ struct LocalAgent::StdinRelay {
 };
 
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  for (int s : handled_signals()) sigaddset(&sigs, s);
-  UniqueFd sigfd(signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+  UniqueFd sigfd = runner_.open_signals();
   StdinRelay relay;
   spawn_workers(launches, rank0_stdin(relay));
   relay.in.reset();
@@ -367,9 +363,7 @@ bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
 }
 
 void LocalAgent::read_signals(int sigfd) {
-  signalfd_siginfo si;
-  while (read(sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
-    handle_signal(static_cast<int>(si.ssi_signo), false, static_cast<pid_t>(si.ssi_pid));
+  for (auto [sig, sender] : runner_.read_signals(sigfd)) handle_signal(sig, false, sender);
 }
 
 // hvdrun's stdin read (nothing pending) or written to rank 0's pipe (something pending).

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,19 @@ class SystemProcessRunner : public ProcessRunner {
     }
     while (!comm.empty() && comm.back() == '\n') comm.pop_back();
     return comm.rfind("slurmstepd", 0) == 0;
+  }
+  UniqueFd open_signals() override {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    for (int s : handled_signals()) sigaddset(&sigs, s);
+    return UniqueFd(signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  std::vector<std::pair<int, pid_t>> read_signals(int fd) override {
+    std::vector<std::pair<int, pid_t>> out;
+    signalfd_siginfo si;
+    while (read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+      out.emplace_back(static_cast<int>(si.ssi_signo), static_cast<pid_t>(si.ssi_pid));
+    return out;
   }
   void stop_self() override { kill(getpid(), SIGSTOP); }
   int wait(pollfd* fds, size_t n, int timeout_ms) override { return poll(fds, n, timeout_ms); }

@@ -38,6 +38,10 @@ class ProcessRunner {
   virtual std::set<pid_t> stopped_groups() = 0;
   // Whether `sender` is Slurm's step daemon.
   virtual bool sent_by_slurm(pid_t sender) = 0;
+  // A descriptor that turns readable when one of handled_signals() came to this process
+  // (a signalfd), and the signals read from it: (signal, the pid that sent it).
+  virtual UniqueFd open_signals() = 0;
+  virtual std::vector<std::pair<int, pid_t>> read_signals(int fd) = 0;
   // Stops this process (Ctrl-Z, once the workers are stopped).
   virtual void stop_self() = 0;
   // Waits at most `timeout_ms` for one of `fds` (poll(2)).

@@ -311,6 +311,66 @@ TEST(LocalAgent, RequestsAreTakenInTheOrderAsked) {
   EXPECT_EQ(sink.notices[0], "hvdrun: --output-filename: cannot write");
 }
 
+// hvdrun's own SIGTERM: from Slurm's step daemon it is said as Slurm's (the job was
+// cancelled or timed out); from anyone else it is an interrupt.
+TEST(LocalAgent, SigtermFromSlurmIsSaidAsSlurms) {
+  for (pid_t sender : {FakeProcessRunner::kSlurmStepd, pid_t{1}}) {
+    RecordingSink sink;
+    FakeProcessRunner runner;
+    runner.behaviours = {{.term_delay = 0.1}};
+    LocalAgent agent(AgentOptions{}, sink, nullptr, &runner);
+    runner.at(0.5, [&runner, sender] { runner.deliver(SIGTERM, sender); });
+    AgentResult r = agent.run({fake_worker(0)});
+    EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+    ASSERT_EQ(sink.notices.size(), 1u);
+    EXPECT_EQ(sink.notices[0], sender == FakeProcessRunner::kSlurmStepd
+                                   ? "hvdrun: received SIGTERM from Slurm (the job was cancelled or reached its time "
+                                     "limit), terminating the job"
+                                   : "hvdrun: received SIGTERM, terminating the job");
+  }
+}
+
+// Ctrl-Z: the workers' groups are stopped with SIGSTOP (SIGTSTP is dropped to a group the
+// kernel deems orphaned), then hvdrun stops itself; fg's SIGCONT resumes the workers.
+TEST(LocalAgent, CtrlZStopsTheWorkersThenHvdrun) {
+  RecordingSink sink;
+  FakeProcessRunner runner;
+  runner.behaviours = {{.exit_at = 3.0, .exit_status = 0}};
+  LocalAgent agent(AgentOptions{}, sink, nullptr, &runner);
+  int stopped_before_self = -1;
+  runner.at(1.0, [&runner] { runner.deliver(SIGTSTP); });
+  runner.at(2.0, [&] {
+    stopped_before_self = runner.stopped_self;
+    runner.deliver(SIGCONT);
+  });
+  AgentResult r = agent.run({fake_worker(0)});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(stopped_before_self, 1);
+  std::vector<std::tuple<pid_t, int>> sent;
+  for (const auto& s : runner.sent) sent.emplace_back(s.target, s.sig);
+  EXPECT_EQ(sent, (std::vector<std::tuple<pid_t, int>>{{1000, SIGSTOP}, {1000, SIGCONT}}));
+  EXPECT_TRUE(sink.notices.empty());
+}
+
+// A second Ctrl-C ends the grace at once: SIGKILL then, not when the grace is over.
+TEST(LocalAgent, SecondCtrlCKillsAtOnce) {
+  RecordingSink sink;
+  FakeProcessRunner runner;
+  runner.behaviours = {{.term_delay = -1}};
+  AgentOptions ao;
+  ao.kill_grace = 30;
+  LocalAgent agent(ao, sink, nullptr, &runner);
+  runner.at(1.0, [&runner] { runner.deliver(SIGINT); });
+  runner.at(1.5, [&runner] { runner.deliver(SIGINT); });
+  AgentResult r = agent.run({fake_worker(0)});
+  EXPECT_EQ(r.exit_code, 128 + SIGINT);
+  ASSERT_EQ(sink.notices.size(), 1u);
+  EXPECT_EQ(sink.notices[0], "hvdrun: received SIGINT, terminating the job");
+  ASSERT_FALSE(runner.sent.empty());
+  EXPECT_EQ(runner.sent.back().sig, SIGKILL);
+  EXPECT_DOUBLE_EQ(runner.sent.back().at, 1.5);
+}
+
 // A second interrupt relayed by the launcher (SIGKILL) ends the grace at once.
 TEST(LocalAgent, SecondInterruptKillsAtOnce) {
   RecordingSink sink;

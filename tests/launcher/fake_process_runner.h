@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "launcher/process_runner.h"
@@ -88,6 +89,25 @@ class FakeProcessRunner : public ProcessRunner {
   std::set<pid_t> children() override { return {}; }
   std::set<pid_t> stopped_groups() override { return {}; }
   bool sent_by_slurm(pid_t sender) override { return sender == kSlurmStepd; }
+  // A signal to hvdrun from `sender` (FakeProcessRunner::kSlurmStepd: Slurm's), as the
+  // signalfd gives it; call from an at() action.
+  void deliver(int sig, pid_t sender = 1) {
+    signals_.emplace_back(sig, sender);
+    char c = 1;
+    if (::write(sig_wr_.get(), &c, 1) != 1) std::abort();
+  }
+  UniqueFd open_signals() override {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) std::abort();
+    sig_wr_.reset(p[1]);
+    return UniqueFd(p[0]);
+  }
+  std::vector<std::pair<int, pid_t>> read_signals(int fd) override {
+    char buf[64];
+    while (::read(fd, buf, sizeof buf) > 0) {
+    }
+    return std::exchange(signals_, {});
+  }
   void stop_self() override { ++stopped_self; }
 
   // Nothing ready: the clock moves to the end of the wait or to the next event, whichever
@@ -128,6 +148,8 @@ class FakeProcessRunner : public ProcessRunner {
     return UniqueFd(p[0]);
   }
   std::atomic<double> now_{0};
+  UniqueFd sig_wr_;
+  std::vector<std::pair<int, pid_t>> signals_;
   std::map<pid_t, Proc> procs_;
   std::vector<std::pair<double, std::function<void()>>> actions_;
 };

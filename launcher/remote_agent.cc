@@ -269,8 +269,7 @@ Result<std::string> prepare_host(const AgentJob& job) {
   if (!exe) return exe.error();
   BudgetNeed need;  // this host's workers, before any is spawned
   need.local_ranks = static_cast<long long>(job.ranks.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st)
-    return error_of(ErrorKind::kResourceLimit, st.error().message);
+  if (auto st = check_process_budget(read_process_budget(), need); !st) return st.error();
   return exe;
 }
 

@@ -4,117 +4,29 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/signalfd.h>
 
-#include <cstdio>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstring>
 #include <algorithm>
-#include <limits>
+#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
+#include <cstring>
 #include <set>
 
-#include <dirent.h>
-
-#include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 
 namespace hvdrun {
 namespace {
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
-constexpr double kFailureWindow = 0.1;   // seconds over which simultaneous failures are weighed
 // Ranks time out at about the same moment (their clocks start at the same stall); a rank
 // whose neighbour timed out first fails on its closed connection and exits at once.
 constexpr double kSilenceWindow = 1.0;
-// A rank that failed on a peer's closed connection names the peer; that peer's own end
-// (exit 0, a failure, a signal) comes from its host's agent, on another path: it is
-// waited for this long after the first failure before the verdict is given without it.
-constexpr double kLostPeerWait = 2.0;
-constexpr double kSignalsSentWait = 1.0;  // seconds for remotes' relays to send a SIGSTOP
-
-bool group_alive(pid_t pgid) { return kill(-pgid, 0) == 0 || errno == EPERM; }
-
-struct ProcStat {
-  pid_t pid;
-  char state;
-  pid_t ppid, pgrp;
-};
-
-// Every process's /proc/PID/stat (pid, state, parent, process group).
-template <class F>
-void for_each_process(F&& f) {
-  DIR* d = opendir("/proc");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    char path[64], buf[512];
-    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) continue;
-    buf[n] = 0;
-    const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
-    if (!rp) continue;
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (std::sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3)
-      f(ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp)});
-  }
-  closedir(d);
-}
-
-// This process's children (from /proc/*/stat's ppid): with hvdrun a child subreaper, a
-// rank's descendants whose parents died come here, whatever session or group they moved to.
-std::set<pid_t> children_of_self() {
-  std::set<pid_t> out;
-  pid_t self = getpid();
-  for_each_process([&](const ProcStat& p) {
-    if (p.ppid == self && p.state != 'Z') out.insert(p.pid);
-  });
-  return out;
-}
-
-// Process groups with a member stopped by a signal (SIGSTOP, Ctrl-Z). Not a tracing stop
-// ('t'): a sanitizer's leak check at exit ptrace-stops the exiting rank for a moment (and a
-// rank held by a debugger is named by the reports anyway).
-std::set<pid_t> stopped_groups() {
-  std::set<pid_t> out;
-  for_each_process([&](const ProcStat& p) {
-    if (p.state == 'T') out.insert(p.pgrp);
-  });
-  return out;
-}
 
 }  // namespace
-
-struct LocalAgent::Worker {
-  int rank = 0;
-  std::string host;
-  pid_t pid = -1;
-  bool exited = false;
-  // The leader was reaped and nothing was left in its group: the group id is free, and may
-  // become another process's (pids wrap, at 32768 on many machines): never signalled again.
-  bool group_gone = false;
-  UniqueFd pipes[2];  // stdout, stderr read ends
-  LineSplitter split[2];
-};
 
 void block_handled_signals() {
   sigset_t set;
@@ -133,8 +45,8 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog)
-    : opts_(opts), sink_(sink), watchdog_(watchdog) {
+LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, ProcessRunner* runner)
+    : opts_(opts), sink_(sink), watchdog_(watchdog), runner_(runner ? *runner : system_process_runner()) {
   int p[2];
   if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
   control_rd_.reset(p[0]);
@@ -143,110 +55,35 @@ LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog)
 
 LocalAgent::~LocalAgent() = default;
 
-void LocalAgent::request_teardown(std::string message, int exit_code) {
+void LocalAgent::post(Request r) {
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    if (!control_request_) control_request_.emplace(std::move(message), exit_code);
+    requests_.push_back(std::move(r));
   }
   wake();
+}
+
+void LocalAgent::request_teardown(std::string message, int exit_code) {
+  post(TeardownRequest{std::move(message), exit_code});
 }
 
 void LocalAgent::remote_failure(int rank, std::string host, int wait_status) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    remote_failures_.push_back({rank, std::move(host), wait_status});
-  }
-  wake();
+  post(FailedWorker{rank, std::move(host), wait_status});
 }
 
-void LocalAgent::remote_exited_0(int rank) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    exit0_requests_.emplace_back(rank, now_s());
-  }
-  wake();
-}
+void LocalAgent::remote_exited_0(int rank) { post(RankEnded{rank, runner_.now(), false}); }
 
-void LocalAgent::rank_left(int rank) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    left_requests_.emplace_back(rank, now_s());
-  }
-  wake();
-}
+void LocalAgent::rank_left(int rank) { post(RankEnded{rank, runner_.now(), true}); }
 
-void LocalAgent::rank_lost_peer(int rank, int peer) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    lost_requests_.emplace_back(rank, peer);
-  }
-  wake();
-}
+void LocalAgent::rank_lost_peer(int rank, int peer) { post(LostPeer{rank, peer}); }
 
 void LocalAgent::report_silence(int rank, int peer, std::string message) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    silence_requests_.push_back({rank, peer, std::move(message)});
-  }
-  wake();
+  post(SilenceReport{rank, peer, std::move(message)});
 }
 
-int LocalAgent::job_size() const {
-  return rank_hosts_ ? static_cast<int>(rank_hosts_->size()) : static_cast<int>(workers_.size());
-}
+void LocalAgent::slurm_signal(int sig) { post(SignalRequest{sig, true}); }
 
-std::set<int> LocalAgent::ended_ranks() const {
-  std::set<int> ended;
-  for (const auto& f : failures_) ended.insert(f.rank);
-  for (const auto& [rank, when] : exited_0_) ended.insert(rank);
-  for (const auto& [rank, when] : left_) ended.insert(rank);
-  return ended;
-}
-
-// The silence reports weighed: the rank that stalled the job is named, with the report of
-// a rank that waited on it.
-void LocalAgent::report_stall_culprit() {
-  silence_at_.reset();
-  int size = job_size();
-  int culprit = silent_rank(silences_, ended_ranks(), size);
-  // A local rank that is stopped outright is the one (the reports alone cannot tell a
-  // stopped rank from a live one waiting for its turn in the ring); not one that reported
-  // a time-out itself, which ran.
-  std::set<pid_t> stopped = stopped_groups();
-  std::set<int> reported;
-  for (const auto& s : silences_) reported.insert(s.rank);
-  for (const auto& w : workers_)
-    if (w.pid > 0 && !w.exited && !reported.count(w.rank) && stopped.count(w.pid)) {
-      culprit = w.rank;
-      break;
-    }
-  const SilenceReport* witness = &silences_.front();
-  for (const auto& s : silences_)
-    if (s.peer == culprit) {
-      witness = &s;
-      break;
-    }
-  std::string msg = "hvdrun: rank " + std::to_string(culprit) + " (host " + rank_host(culprit) +
-                    ") made no progress within HVDRUN_TIMEOUT (stopped or hung?); " + std::to_string(silences_.size()) +
-                    (silences_.size() == 1 ? " rank" : " ranks") + " timed out waiting: " + witness->message;
-  teardown(msg, 1);
-}
-
-void LocalAgent::slurm_signal(int sig) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    slurm_signal_requests_.push_back(sig);
-  }
-  wake();
-}
-
-void LocalAgent::request_signal(int sig) {
-  {
-    std::lock_guard<std::mutex> lk(control_mu_);
-    signal_requests_.push_back(sig);
-  }
-  wake();
-}
+void LocalAgent::request_signal(int sig) { post(SignalRequest{sig, false}); }
 
 void LocalAgent::wake() {
   char c = 1;
@@ -258,24 +95,10 @@ void LocalAgent::signal_all(int sig) {
     if (w.pid <= 0 || w.group_gone) continue;
     // A stopped rank (SIGSTOP, Ctrl-Z) would hold SIGTERM pending until the SIGKILL after
     // the grace: resume it first, so that it ends now.
-    if (sig == SIGTERM) kill(-w.pid, SIGCONT);
-    kill(-w.pid, sig);
+    if (sig == SIGTERM) runner_.signal_group(w.pid, SIGCONT);
+    runner_.signal_group(w.pid, sig);
   }
   for (RemoteControl* r : remotes_) r->signal(sig);
-}
-
-void LocalAgent::note_failure(FailedWorker f) {
-  if (tearing_down_) return;
-  // Agent mode: each failure goes to hvdrun at once, to be weighed there with the other
-  // hosts' in hvdrun's own window. Held back for this host's window first, a killed rank's
-  // report reached hvdrun a window late, after an innocent peer's (on another host, failing
-  // on the killed rank's closed connection) had already been named.
-  if (opts_.on_failure) opts_.on_failure(f.rank, f.host, f.status);
-  failures_.push_back(std::move(f));
-  if (!report_at_) {
-    first_failure_at_ = now_s();
-    report_at_ = first_failure_at_ + kFailureWindow;
-  }
 }
 
 void LocalAgent::teardown(const std::string& message, int exit_code) {
@@ -285,7 +108,7 @@ void LocalAgent::teardown(const std::string& message, int exit_code) {
   result_.message = message;
   if (!message.empty()) sink_.notice(message);
   signal_all(SIGTERM);
-  kill_deadline_ = now_s() + opts_.kill_grace;
+  kill_deadline_ = runner_.now() + opts_.kill_grace;
 }
 
 bool LocalAgent::any_group_alive() {
@@ -300,7 +123,7 @@ bool LocalAgent::any_group_alive() {
 // later signalled whatever process group had that id by then (another job's rank, a shell).
 void LocalAgent::forget_ended_groups() {
   for (auto& w : workers_)
-    if (w.pid > 0 && w.exited && !w.group_gone && !group_alive(w.pid)) {
+    if (w.pid > 0 && w.exited && !w.group_gone && !runner_.group_alive(w.pid)) {
       w.group_gone = true;
       // The watchdog too: should hvdrun die (SIGKILL, the OOM killer) later in the job, it
       // signalled every group it had ever been told of, this one included, whoever's it
@@ -311,10 +134,7 @@ void LocalAgent::forget_ended_groups() {
 
 void LocalAgent::reap() {
   // hvdrun is a child subreaper: orphaned grandchildren come here too and are reaped.
-  while (true) {
-    int st = 0;
-    pid_t pid = waitpid(-1, &st, WNOHANG);
-    if (pid <= 0) break;
+  for (auto [pid, st] : runner_.reap()) {
     for (auto& w : workers_) {
       if (w.pid != pid) continue;
       w.exited = true;
@@ -323,7 +143,7 @@ void LocalAgent::reap() {
         note_failure({w.rank, w.host, st});
       else
       {
-        exited_0_.emplace(w.rank, now_s());
+        exited_0_.emplace(w.rank, runner_.now());
         if (opts_.on_exit0) opts_.on_exit0(w.rank);
       }
       break;
@@ -331,241 +151,86 @@ void LocalAgent::reap() {
   }
 }
 
-// A worker killed by a signal closes its sockets a moment before its parent can reap it,
-// so its peers may fail and exit first. Failures seen within kFailureWindow of the first
-// are weighed together: a signal death is the likelier cause, then the lowest rank (as
-// mpirun reports).
-void LocalAgent::report_failure(bool can_wait) {
-  // Then the rank that left the rendezvous first (its peers fail on its closed connections
-  // and exit within the same moment: e.g. its hvd_init failed), then the lowest rank.
-  auto left_at = [this](int rank) {
-    auto it = left_.find(rank);
-    return it == left_.end() ? std::numeric_limits<double>::infinity() : it->second;
-  };
-  auto better = [&left_at](const FailedWorker& a, const FailedWorker& b) {
-    if (WIFSIGNALED(a.status) != WIFSIGNALED(b.status)) return WIFSIGNALED(a.status);
-    if (left_at(a.rank) != left_at(b.rank)) return left_at(a.rank) < left_at(b.rank);
-    return a.rank < b.rank;
-  };
-  const FailedWorker& f = *std::min_element(failures_.begin(), failures_.end(), better);
-  // The ranks that failed on a closed connection named the peer they lost: one that exited
-  // 0 or left without failing is the cause, whatever order the hosts' reports came in.
-  std::optional<int> lost_culprit;
-  if (!opts_.on_failure && !WIFSIGNALED(f.status)) {
-    std::set<int> failed, left, exited_0;
-    for (const auto& x : failures_) failed.insert(x.rank);
-    for (const auto& [rank, when] : left_) left.insert(rank);
-    for (const auto& [rank, when] : exited_0_) exited_0.insert(rank);
-    double wait_until = first_failure_at_ + kLostPeerWait;
-    bool final = !can_wait || now_s() >= wait_until;
-    LostPeerVerdict v = lost_peer_culprit(lost_, failed, left, exited_0, final);
-    if (v.pending && !final) {
-      report_at_ = std::min(now_s() + 0.05, wait_until);
-      return;
-    }
-    lost_culprit = v.culprit;
-  }
-  report_at_.reset();
-  // A rank that left the job (without hvd_shutdown) before anyone failed, and is not among
-  // the failures itself, is the likelier cause: its peers fail on its closed connections.
-  // The first to leave is blamed; unless a rank was killed by a signal, the likeliest
-  // cause of all (a killed remote rank's connection can close after an innocent peer's,
-  // whose own failure is still on its way from its host).
-  std::optional<std::pair<int, double>> left_first;
-  for (const auto& [rank, when] : left_) {
-    if (when > first_failure_at_) continue;
-    bool failed = std::any_of(failures_.begin(), failures_.end(), [r = rank](const FailedWorker& x) { return x.rank == r; });
-    if (!failed && (!left_first || when < left_first->second)) left_first.emplace(rank, when);
-  }
-  // The lost-peer verdict (causal) before the order of arrival (left before the failure).
-  std::optional<int> early = lost_culprit;
-  if (!early && left_first) early = left_first->first;
-  if (early && !opts_.on_failure && !WIFSIGNALED(f.status)) {
-    int rank = *early;
-    std::string msg = "hvdrun: rank " + std::to_string(rank) + " (host " + rank_host(rank) + ") ";
-    msg += exited_0_.count(rank) ? "exited with code 0" : "left the job (its rendezvous connection closed)";
-    msg += " while the other ranks still waited on it, without hvd_shutdown; then rank " + std::to_string(f.rank) +
-           " (host " + f.host + ") ";
-    if (WIFSIGNALED(f.status))
-      msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
-    else
-      msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
-    teardown(msg, exit_code::kExitedEarly);
-    return;
-  }
-  if (opts_.on_failure) {  // agent mode: hvdrun has every failure (note_failure) and weighs them
-    teardown("", exit_code_of(f.status));
-    return;
-  }
-  std::string msg = "hvdrun: rank " + std::to_string(f.rank) + " (host " + f.host + ") ";
-  if (WIFSIGNALED(f.status))
-    msg += "was killed by signal " + std::to_string(WTERMSIG(f.status)) + " (" + signal_name(WTERMSIG(f.status)) + ")";
-  else
-    msg += "exited with code " + std::to_string(WEXITSTATUS(f.status));
-  teardown(msg, exit_code_of(f.status));
-}
-
-std::string LocalAgent::rank_host(int rank) const {
-  for (const auto& w : workers_)
-    if (w.rank == rank) return w.host;
-  return rank_hosts_ && static_cast<size_t>(rank) < rank_hosts_->size() ? (*rank_hosts_)[rank] : "?";
-}
-
-// A signal to hvdrun (from the signalfd), or one the launcher relays to an agent.
-namespace {
-
-// Whether Slurm's step daemon sent a signal: it ends a job that was cancelled or reached
-// its time limit.
-bool sent_by_slurm(pid_t sender) {
-  if (sender <= 0) return false;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/comm", static_cast<int>(sender));
-  std::string comm;
-  if (FILE* f = std::fopen(path, "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f)) comm = buf;
-    std::fclose(f);
-  }
-  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-  return comm.rfind("slurmstepd", 0) == 0;
-}
-
-}  // namespace
-
-void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
-  if (sig == SIGCHLD) return;  // reaped at the top of the loop
-  if (sig == SIGUSR1 || sig == SIGUSR2 || sig == SIGCONT) {
-    signal_all(sig);  // SIGCONT: hvdrun was resumed (fg); resume the workers too
-    return;
-  }
-  if (sig == SIGTSTP || sig == SIGSTOP) {  // Ctrl-Z: stop the workers, then ourselves
-    // SIGSTOP, not SIGTSTP: the kernel drops SIGTSTP to a group it deems orphaned.
-    signal_all(SIGSTOP);
-    if (!from_launcher) {
-      // A remote host's SIGSTOP leaves on its relay thread, which stops with us: it went
-      // only on the SIGCONT, right before that SIGCONT, and remote ranks ran on (each time).
-      double until = now_s() + kSignalsSentWait;  // one wait for all of them
-      for (RemoteControl* r : remotes_) r->wait_signals_sent(std::max(0.0, until - now_s()));
-      kill(getpid(), SIGSTOP);
-    }
-    return;
-  }
-  // From the launcher, SIGTERM is its teardown, which this agent may have begun already (a
-  // rank here failed): not a second interrupt, and the grace holds (the launcher relays a
-  // second interrupt as SIGKILL). Taken for one, it SIGKILLed the ranks on the very host
-  // where the failure was, cutting their SIGTERM handlers short.
-  if (from_launcher && tearing_down_ && sig != SIGKILL) return;
-  // Slurm's SIGTERM only (a cancel or the time limit); other signals from its step daemon
-  // (srun forwarding a Ctrl-C, scancel --signal) are the user's, as any other.
-  if (!from_launcher && sig == SIGTERM && sent_by_slurm(sender)) {
-    handle_slurm_signal(sig);
-    return;
-  }
-  if (tearing_down_ || sig == SIGKILL) {  // a second interrupt: no more grace
-    signal_all(SIGKILL);
-    killed_ = true;
-    kill_deadline_.reset();
-    if (!tearing_down_) {
-      tearing_down_ = true;
-      result_.exit_code = 128 + SIGKILL;
-    }
-    return;
-  }
-  teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
-}
-
-// Slurm ends a cancelled or timed-out job by signalling every process of its steps, the
-// ranks before their agent (proctrack walks the tree from its leaves) and the batch step,
-// where hvdrun runs, after the others: hvdrun or an agent may see a rank killed by that
-// SIGTERM first and be tearing down by the time its own arrives. That is the same event,
-// not a second interrupt: it is said (once for the job, by hvdrun) and not escalated to
-// SIGKILL, which would cut short the ranks' SIGTERM handlers (a checkpoint); Slurm sends
-// SIGKILL itself after its KillWait, and the grace holds here.
-void LocalAgent::handle_slurm_signal(int sig) {
-  if (opts_.on_slurm_signal) {  // an agent: hvdrun says it
-    opts_.on_slurm_signal(sig);
-    if (!tearing_down_) teardown("", 128 + sig);
-    return;
-  }
-  std::string msg = "hvdrun: received " + signal_name(sig) +
-                    " from Slurm (the job was cancelled or reached its time limit), terminating the job";
-  bool say = !slurm_said_;
-  slurm_said_ = true;
-  if (!tearing_down_)
-    teardown(msg, 128 + sig);
-  else if (say)
-    sink_.notice(msg);
-}
-
-// What the other threads asked for (remote hosts' reports, relayed signals, a teardown).
+// What the other threads asked for (remote hosts' reports, relayed signals, a teardown),
+// in the order they asked.
 void LocalAgent::take_requests() {
-  std::optional<std::pair<std::string, int>> req;
-  std::vector<int> sigs;
-  std::vector<FailedWorker> remote;
-  std::vector<std::pair<int, double>> left;
-  std::vector<SilenceReport> silences;
-  std::vector<std::pair<int, double>> exit0;
-  std::vector<std::pair<int, int>> lost;
-  std::vector<int> slurm_sigs;
+  std::vector<Request> requests;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    slurm_sigs.swap(slurm_signal_requests_);
-    exit0.swap(exit0_requests_);
-    lost.swap(lost_requests_);
-    silences.swap(silence_requests_);
-    req.swap(control_request_);
-    sigs.swap(signal_requests_);
-    remote.swap(remote_failures_);
-    left.swap(left_requests_);
+    requests.swap(requests_);
   }
-  for (auto& f : remote) note_failure(std::move(f));
-  for (auto& [rank, when] : left) left_.emplace(rank, when);
-  for (auto& [rank, when] : exit0) exited_0_.emplace(rank, when);
-  for (auto& [rank, peer] : lost) lost_.emplace(rank, peer);
-  for (auto& s : silences) {
-    if (tearing_down_) break;
-    silences_.push_back(std::move(s));
-    if (!silence_at_) silence_at_ = now_s() + kSilenceWindow;
-  }
-  for (int sig : slurm_sigs) handle_slurm_signal(sig);
-  for (int sig : sigs) handle_signal(sig, true);
-  if (req) teardown(req->first, req->second);
+  for (auto& r : requests) apply(r);
 }
 
-AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  for (int s : handled_signals()) sigaddset(&sigs, s);
-  UniqueFd sigfd(signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK));
-
-  // Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
-  // is our terminal (the worker is in another process group and may not read the tty).
-  UniqueFd relay_in, relay_out;  // relay_in: what rank 0 reads; relay_out: our write end
-  bool relay_stdin = false;
-  int rank0_stdin = opts_.rank0_stdin_fd;
-  if (rank0_stdin < 0 && opts_.stdin_to_rank0 && stdin_is_ours_to_read()) {
-    if (isatty(0)) {
-      int p[2];
-      if (pipe2(p, O_CLOEXEC) == 0) {
-        relay_in.reset(p[0]);
-        relay_out.reset(p[1]);
-        fcntl(relay_out.get(), F_SETFL, O_NONBLOCK);
-        rank0_stdin = relay_in.get();
-        relay_stdin = true;
-      }
-    } else {
-      rank0_stdin = 0;
-    }
+void LocalAgent::apply(Request& r) {
+  if (auto* t = std::get_if<TeardownRequest>(&r)) {
+    teardown(t->message, t->exit_code);
+  } else if (auto* s = std::get_if<SignalRequest>(&r)) {
+    if (s->from_slurm) handle_slurm_signal(s->sig);
+    else handle_signal(s->sig, true);
+  } else if (auto* f = std::get_if<FailedWorker>(&r)) {
+    note_failure(std::move(*f));
+  } else if (auto* e = std::get_if<RankEnded>(&r)) {
+    (e->left ? left_ : exited_0_).emplace(e->rank, e->when);
+  } else if (auto* l = std::get_if<LostPeer>(&r)) {
+    lost_.emplace(l->rank, l->peer);
+  } else if (auto* silence = std::get_if<SilenceReport>(&r); silence && !tearing_down_) {
+    silences_.push_back(std::move(*silence));
+    if (!silence_at_) silence_at_ = runner_.now() + kSilenceWindow;
   }
+}
 
+// Rank 0's stdin relayed from hvdrun's terminal (the worker is in another process group
+// and may not read the tty): the loop reads hvdrun's stdin and writes it to a pipe.
+struct LocalAgent::StdinRelay {
+  UniqueFd in, out;     // in: what rank 0 reads; out: our write end (non-blocking)
+  std::string pending;  // read from hvdrun's stdin, not yet written
+  bool open = false;
+};
+
+AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
+  UniqueFd sigfd = runner_.open_signals();
+  StdinRelay relay;
+  spawn_workers(launches, rank0_stdin(relay));
+  relay.in.reset();
+  std::optional<double> drain_deadline;
+  while (true) {
+    bool all_exited = look_at_ends();
+    if (all_exited && job_over(drain_deadline)) break;
+    if (kill_deadline_ && runner_.now() >= *kill_deadline_) {
+      signal_all(SIGKILL);
+      killed_ = true;
+      kill_deadline_.reset();
+    }
+    if (!wait_and_handle(sigfd.get(), relay, all_exited, drain_deadline)) break;
+  }
+  finish();
+  return result_;
+}
+
+// Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
+// is our terminal. -1: none (/dev/null).
+int LocalAgent::rank0_stdin(StdinRelay& relay) {
+  if (opts_.rank0_stdin_fd >= 0 || !opts_.stdin_to_rank0 || !stdin_is_ours_to_read()) return opts_.rank0_stdin_fd;
+  if (!isatty(0)) return 0;
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  relay.in.reset(p[0]);
+  relay.out.reset(p[1]);
+  fcntl(relay.out.get(), F_SETFL, O_NONBLOCK);
+  relay.open = true;
+  return relay.in.get();
+}
+
+void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin) {
   // Children from before the workers (the watchdog, SSH or launch-command clients, srun):
   // never taken for a rank's descendants.
-  preexisting_ = children_of_self();
+  preexisting_ = runner_.children();
   workers_.reserve(launches.size());
   for (auto& l : launches) {
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
     l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;  // the child registers itself
-    auto spawned = spawn_worker(l.request);
+    auto spawned = runner_.spawn(l.request);
     if (!spawned) {
       teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,
                spawned.error().code);
@@ -580,161 +245,166 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
     if (watchdog_) watchdog_->watch(w.pid);
     workers_.push_back(std::move(w));
   }
-  relay_in.reset();
+}
 
-  std::string stdin_pending;
-  bool stdin_open = relay_stdin;
-  std::optional<double> drain_deadline;
-  std::vector<pollfd> pfds;
-  std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index -> (worker, stream)
-  std::vector<char> buf(kReadChunk);
+// The workers' and the remotes' ends, what other threads asked, and the verdicts now due.
+// True when every worker here and every remote has ended.
+bool LocalAgent::look_at_ends() {
+  reap();
+  forget_ended_groups();
+  bool all_exited = true;
+  for (auto& w : workers_) all_exited = all_exited && w.exited;
+  for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
+  // A remote's thread asks (say, for a teardown) before it marks itself finished: what it
+  // asked is taken before the loop can end on that mark, not lost with the wake-up.
+  take_requests();
+  if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
+  if (silence_at_ &&
+      (all_exited || runner_.now() >= *silence_at_ || silence_accounted(silences_, ended_ranks(), job_size())))
+    report_stall_culprit();
+  // While silence reports are weighed, the failures they cause wait for that verdict.
+  if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || runner_.now() >= *report_at_)) {
+    if (tearing_down_)
+      report_at_.reset();
+    else
+      report_failure(!all_exited);
+  }
+  return all_exited;
+}
 
-  while (true) {
-    reap();
-    forget_ended_groups();
-    bool all_exited = true;
-    for (auto& w : workers_) all_exited = all_exited && w.exited;
-    for (RemoteControl* r : remotes_) all_exited = all_exited && r->finished();
-    // A remote's thread asks (say, for a teardown) before it marks itself finished: what it
-    // asked is taken before the loop can end on that mark, not lost with the wake-up.
-    take_requests();
-    if (silence_at_ && tearing_down_) silence_at_.reset();  // another cause ended the job first
-    if (silence_at_ &&
-        (all_exited || now_s() >= *silence_at_ ||
-         silence_accounted(silences_, ended_ranks(), job_size())))
-      report_stall_culprit();
-    // While silence reports are weighed, the failures they cause wait for that verdict.
-    if (report_at_ && !silence_at_ && (tearing_down_ || all_exited || now_s() >= *report_at_)) {
-      if (tearing_down_)
-        report_at_.reset();
-      else
-        report_failure(!all_exited);
+// Every worker has exited: whatever they left behind is ended (adopted descendants, their
+// groups), then their pipes drained. True when nothing is left to wait for.
+bool LocalAgent::job_over(std::optional<double>& drain_deadline) {
+  bool pipes_open = false;
+  for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
+  if (end_adopted()) return false;  // wait for them (the kill deadline turns SIGTERM into SIGKILL)
+  if (any_group_alive()) {
+    // Leaders are gone but something they started lingers in a group: end it.
+    if (!kill_deadline_ && !killed_) {
+      signal_all(SIGTERM);
+      kill_deadline_ = runner_.now() + opts_.kill_grace;
     }
-    bool pipes_open = false;
-    for (auto& w : workers_) pipes_open = pipes_open || w.pipes[0].valid() || w.pipes[1].valid();
-    if (all_exited) {
-      // Descendants that left their rank's group and session (setsid daemons) and were
-      // adopted by this subreaper when their parents died: they end with the job too.
-      bool adopted_alive = false;
-      for (pid_t c : children_of_self()) {
-        if (preexisting_.count(c)) continue;
-        bool worker = false;
-        for (const auto& w : workers_) worker = worker || w.pid == c;
-        if (worker) continue;
-        adopted_alive = true;
-        if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
-          adopted_.insert(c);
-          kill(c, SIGCONT);
-          kill(c, SIGTERM);
-          if (getpgid(c) == c) kill(-c, SIGTERM);
-          if (!kill_deadline_ && !killed_) kill_deadline_ = now_s() + opts_.kill_grace;
-        } else if (killed_) {
-          kill(c, SIGKILL);
-          if (getpgid(c) == c) kill(-c, SIGKILL);
-        }
-      }
-      if (adopted_alive) {
-        // wait for them (the kill deadline below turns SIGTERM into SIGKILL)
-      } else if (any_group_alive()) {
-        // Leaders are gone but something they started lingers in a group: end it.
-        if (!kill_deadline_ && !killed_) {
-          signal_all(SIGTERM);
-          kill_deadline_ = now_s() + opts_.kill_grace;
-        }
-      } else {
-        if (!pipes_open) break;
-        if (!drain_deadline) drain_deadline = now_s() + kDrainAfterExit;
-        if (now_s() >= *drain_deadline) break;
-      }
-    }
-    if (kill_deadline_ && now_s() >= *kill_deadline_) {
-      signal_all(SIGKILL);
-      killed_ = true;
-      kill_deadline_.reset();
-    }
+    return false;
+  }
+  if (!pipes_open) return true;
+  if (!drain_deadline) drain_deadline = runner_.now() + kDrainAfterExit;
+  return runner_.now() >= *drain_deadline;
+}
 
-    pfds.clear();
-    pipe_of.clear();
-    pfds.push_back({sigfd.get(), POLLIN, 0});
-    pfds.push_back({control_rd_.get(), POLLIN, 0});
-    int stdin_idx = -1, relay_idx = -1;
-    if (stdin_open && relay_out.valid()) {
-      if (stdin_pending.empty()) {
-        stdin_idx = static_cast<int>(pfds.size());
-        pfds.push_back({0, POLLIN, 0});
-      } else {
-        relay_idx = static_cast<int>(pfds.size());
-        pfds.push_back({relay_out.get(), POLLOUT, 0});
-      }
-    }
-    bool congested = sink_.congested();
-    if (!congested) {
-      for (auto& w : workers_)
-        for (int s = 0; s < 2; ++s)
-          if (w.pipes[s].valid()) {
-            pipe_of.emplace_back(&w, s);
-            pfds.push_back({w.pipes[s].get(), POLLIN, 0});
-          }
-    }
-    double timeout = 1.0;
-    if (congested) timeout = 0.005;
-    if (kill_deadline_) timeout = std::min(timeout, *kill_deadline_ - now_s());
-    if (drain_deadline) timeout = std::min(timeout, *drain_deadline - now_s());
-    if (report_at_) timeout = std::min(timeout, *report_at_ - now_s());
-    if (silence_at_) timeout = std::min(timeout, *silence_at_ - now_s());
-    if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
-    int timeout_ms = std::max(0, static_cast<int>(timeout * 1000) + 1);
-
-    int n = poll(pfds.data(), pfds.size(), timeout_ms);
-    if (n < 0 && errno != EINTR) break;
-    if (n <= 0) continue;
-
-    if (pfds[0].revents & POLLIN) {
-      signalfd_siginfo si;
-      while (read(sigfd.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        handle_signal(static_cast<int>(si.ssi_signo), false, static_cast<pid_t>(si.ssi_pid));
-      }
-    }
-    if (pfds[1].revents & POLLIN) {
-      char drainbuf[64];
-      while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
-      }
-      take_requests();
-    }
-    if (stdin_idx >= 0 && (pfds[stdin_idx].revents & (POLLIN | POLLHUP | POLLERR))) {
-      char in[4096];
-      ssize_t r = read(0, in, sizeof in);
-      if (r > 0) {
-        stdin_pending.assign(in, static_cast<size_t>(r));
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        stdin_open = false;
-        relay_out.reset();
-      }
-    }
-    if (relay_idx >= 0 && (pfds[relay_idx].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      ssize_t r = write(relay_out.get(), stdin_pending.data(), stdin_pending.size());
-      if (r > 0) {
-        stdin_pending.erase(0, static_cast<size_t>(r));
-      } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
-        stdin_open = false;  // rank 0 closed its stdin
-        relay_out.reset();
-      }
-    }
-    for (size_t i = 0; i < pipe_of.size(); ++i) {
-      const pollfd& p = pfds[pfds.size() - pipe_of.size() + i];
-      if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto [w, s] = pipe_of[i];
-      ssize_t r = read(w->pipes[s].get(), buf.data(), buf.size());
-      StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
-      if (r > 0) {
-        sink_.write_lines(w->rank, kind, w->split[s].feed(std::string_view(buf.data(), static_cast<size_t>(r))));
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        sink_.write_lines(w->rank, kind, w->split[s].flush());
-        w->pipes[s].reset();
-      }
+// Descendants that left their rank's group and session (setsid daemons) and were adopted
+// by this subreaper when their parents died: they end with the job too. True while any
+// is alive.
+bool LocalAgent::end_adopted() {
+  bool adopted_alive = false;
+  for (pid_t c : runner_.children()) {
+    if (preexisting_.count(c)) continue;
+    bool worker = false;
+    for (const auto& w : workers_) worker = worker || w.pid == c;
+    if (worker) continue;
+    adopted_alive = true;
+    if (!adopted_.count(c)) {  // SIGCONT first: a stopped one would hold SIGTERM
+      adopted_.insert(c);
+      runner_.signal_process(c, SIGCONT);
+      runner_.signal_process(c, SIGTERM);
+      if (runner_.group_of(c) == c) runner_.signal_group(c, SIGTERM);
+      if (!kill_deadline_ && !killed_) kill_deadline_ = runner_.now() + opts_.kill_grace;
+    } else if (killed_) {
+      runner_.signal_process(c, SIGKILL);
+      if (runner_.group_of(c) == c) runner_.signal_group(c, SIGKILL);
     }
   }
-  // Whatever is still buffered (pipes held open by an escaped process): flush partial lines.
+  return adopted_alive;
+}
+
+// How long the loop may wait: until the next deadline, briefly while the sink is congested
+// or lingering groups are polled, a second at most.
+int LocalAgent::wait_ms(bool congested, bool all_exited, const std::optional<double>& drain_deadline) {
+  double timeout = congested ? 0.005 : 1.0;
+  for (const auto& d : {kill_deadline_, drain_deadline, report_at_, silence_at_})
+    if (d) timeout = std::min(timeout, *d - runner_.now());
+  if (all_exited) timeout = std::min(timeout, 0.02);  // polling lingering groups
+  return std::max(0, static_cast<int>(timeout * 1000) + 1);
+}
+
+// One wait on the signalfd, the control pipe, the stdin relay and the workers' pipes, and
+// what came. False when waiting failed.
+bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
+                                 const std::optional<double>& drain_deadline) {
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {control_rd_.get(), POLLIN, 0}};
+  int relay_idx = -1;
+  if (relay.open && relay.out.valid()) {
+    relay_idx = static_cast<int>(pfds.size());
+    pfds.push_back(relay.pending.empty() ? pollfd{0, POLLIN, 0} : pollfd{relay.out.get(), POLLOUT, 0});
+  }
+  std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index - first_pipe -> (worker, stream)
+  size_t first_pipe = pfds.size();
+  bool congested = sink_.congested();
+  if (!congested)
+    for (auto& w : workers_)
+      for (int s = 0; s < 2; ++s)
+        if (w.pipes[s].valid()) {
+          pipe_of.emplace_back(&w, s);
+          pfds.push_back({w.pipes[s].get(), POLLIN, 0});
+        }
+  int n = runner_.wait(pfds.data(), pfds.size(), wait_ms(congested, all_exited, drain_deadline));
+  if (n < 0 && errno != EINTR) return false;
+  if (n <= 0) return true;
+  if (pfds[0].revents & POLLIN) read_signals(sigfd);
+  if (pfds[1].revents & POLLIN) {
+    char drainbuf[64];
+    while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
+    }
+    take_requests();
+  }
+  if (relay_idx >= 0) relay_stdin(relay, pfds[relay_idx].revents);
+  for (size_t i = 0; i < pipe_of.size(); ++i)
+    if (pfds[first_pipe + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
+  return true;
+}
+
+void LocalAgent::read_signals(int sigfd) {
+  for (auto [sig, sender] : runner_.read_signals(sigfd)) handle_signal(sig, false, sender);
+}
+
+// hvdrun's stdin read (nothing pending) or written to rank 0's pipe (something pending).
+void LocalAgent::relay_stdin(StdinRelay& relay, short revents) {
+  if (relay.pending.empty()) {
+    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+    char in[4096];
+    ssize_t r = read(0, in, sizeof in);
+    if (r > 0) {
+      relay.pending.assign(in, static_cast<size_t>(r));
+    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+      relay.open = false;
+      relay.out.reset();
+    }
+    return;
+  }
+  if (!(revents & (POLLOUT | POLLERR | POLLHUP))) return;
+  ssize_t r = write(relay.out.get(), relay.pending.data(), relay.pending.size());
+  if (r > 0) {
+    relay.pending.erase(0, static_cast<size_t>(r));
+  } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
+    relay.open = false;  // rank 0 closed its stdin
+    relay.out.reset();
+  }
+}
+
+void LocalAgent::read_output(Worker& w, int s) {
+  char buf[kReadChunk];
+  ssize_t r = read(w.pipes[s].get(), buf, sizeof buf);
+  StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
+  if (r > 0) {
+    sink_.write_lines(w.rank, kind, w.split[s].feed(std::string_view(buf, static_cast<size_t>(r))));
+  } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+    sink_.write_lines(w.rank, kind, w.split[s].flush());
+    w.pipes[s].reset();
+  }
+}
+
+// The loop is over: partial lines still buffered (pipes held open by an escaped process)
+// are written, the sink drained, and a teardown asked meanwhile taken.
+void LocalAgent::finish() {
   for (auto& w : workers_)
     for (int s = 0; s < 2; ++s)
       if (w.pipes[s].valid())
@@ -744,16 +414,17 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   // ended, but before their output was written: `hvdrun ... | (sleep 1; head -c 10)`; a
   // full disk under --output-filename): the sink asks for a teardown, and a job that had
   // otherwise succeeded ends with that code and word, not with 0 and output cut short.
-  std::optional<std::pair<std::string, int>> late;
+  std::optional<TeardownRequest> late;
   {
     std::lock_guard<std::mutex> lk(control_mu_);
-    late.swap(control_request_);
+    for (auto& r : requests_)
+      if (auto* t = std::get_if<TeardownRequest>(&r); t && !late) late = std::move(*t);
+    requests_.clear();
   }
   if (late) {
-    teardown(late->first, late->second);  // (every group is gone: it signals nobody)
+    teardown(late->message, late->exit_code);  // (every group is gone: it signals nobody)
     sink_.drain();
   }
-  return result_;
 }
 
 }  // namespace hvdrun

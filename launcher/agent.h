@@ -13,11 +13,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/unique_fd.h"
 #include "launcher/blame.h"
+#include "launcher/line_splitter.h"
 #include "launcher/output_sink.h"
+#include "launcher/process_runner.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -70,7 +73,8 @@ bool stdin_is_ours_to_read();
 
 class LocalAgent {
  public:
-  LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog);
+  // `runner`: the processes and the clock (nullptr: the system's; a test's fake otherwise).
+  LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, ProcessRunner* runner = nullptr);
   ~LocalAgent();
   LocalAgent(const LocalAgent&) = delete;
   LocalAgent& operator=(const LocalAgent&) = delete;
@@ -107,7 +111,17 @@ class LocalAgent {
   void wake();
 
  private:
-  struct Worker;
+  struct Worker {
+    int rank = 0;
+    std::string host;
+    pid_t pid = -1;
+    bool exited = false;
+    // The leader was reaped and nothing was left in its group: the group id is free, and may
+    // become another process's (pids wrap, at 32768 on many machines): never signalled again.
+    bool group_gone = false;
+    UniqueFd pipes[2];  // stdout, stderr read ends
+    LineSplitter split[2];
+  };
   void teardown(const std::string& message, int exit_code);
   void signal_all(int sig);
   void reap();
@@ -115,35 +129,67 @@ class LocalAgent {
   // `can_wait`: the verdict may wait for a lost peer's end to be heard of (not once every
   // worker has exited).
   void report_failure(bool can_wait);
+  std::optional<std::optional<int>> lost_peer_verdict(bool can_wait);
+  std::optional<int> left_before_failure() const;
   bool any_group_alive();
   void forget_ended_groups();
+  // The parts of run().
+  struct StdinRelay;
+  int rank0_stdin(StdinRelay& relay);
+  void spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin);
+  bool look_at_ends();
+  bool job_over(std::optional<double>& drain_deadline);
+  bool end_adopted();
+  int wait_ms(bool congested, bool all_exited, const std::optional<double>& drain_deadline);
+  bool wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited, const std::optional<double>& drain_deadline);
+  void read_signals(int sigfd);
+  void relay_stdin(StdinRelay& relay, short revents);
+  void read_output(Worker& w, int stream);
+  void finish();
 
   AgentOptions opts_;
   OutputSink& sink_;
   Watchdog* watchdog_;
+  ProcessRunner& runner_;
   std::vector<Worker> workers_;
   UniqueFd control_rd_, control_wr_;
+  // What the other threads ask the loop, in the order they asked (one queue, under
+  // control_mu_; taken by take_requests).
+  struct TeardownRequest {
+    std::string message;
+    int exit_code;
+  };
+  struct SignalRequest {
+    int sig;
+    bool from_slurm;  // an agent's kSlurmSignal; else relayed by the launcher
+  };
+  struct RankEnded {
+    int rank;
+    double when;
+    bool left;  // left the job (its rendezvous connection closed); else exited with 0
+  };
+  struct LostPeer {
+    int rank, peer;
+  };
+  struct FailedWorker {
+    int rank;
+    std::string host;
+    int status;
+  };
+  using Request = std::variant<TeardownRequest, SignalRequest, FailedWorker, RankEnded, LostPeer, SilenceReport>;
+  void post(Request r);
+  void apply(Request& r);
   std::mutex control_mu_;
-  std::optional<std::pair<std::string, int>> control_request_;
-  std::vector<int> signal_requests_;
+  std::vector<Request> requests_;  // under control_mu_
   std::vector<RemoteControl*> remotes_;
   const std::vector<std::string>* rank_hosts_ = nullptr;
 
   bool tearing_down_ = false;
   bool killed_ = false;
   std::optional<double> kill_deadline_;
-  struct FailedWorker {
-    int rank;
-    std::string host;
-    int status;
-  };
   std::vector<FailedWorker> failures_;
-  std::vector<FailedWorker> remote_failures_;  // under control_mu_
   std::set<pid_t> preexisting_;  // children of this process before the workers started
   std::set<pid_t> adopted_;      // adopted descendants already sent SIGTERM
-  std::vector<std::pair<int, double>> left_requests_;  // under control_mu_: (rank, when)
-  std::vector<std::pair<int, double>> exit0_requests_;  // under control_mu_: (rank, when)
-  std::vector<std::pair<int, int>> lost_requests_;      // under control_mu_: (rank, peer)
   std::map<int, int> lost_;         // ranks that failed on a peer's closed connection -> peer
   std::map<int, double> left_;      // ranks that left without hvd_shutdown -> when
   std::map<int, double> exited_0_;  // local ranks that exited with 0 -> when
@@ -154,9 +200,7 @@ class LocalAgent {
   void handle_signal(int sig, bool from_launcher, pid_t sender = 0);
   void handle_slurm_signal(int sig);
   bool slurm_said_ = false;  // the job's "received SIGTERM from Slurm" is out
-  std::vector<int> slurm_signal_requests_;  // under control_mu_
   std::optional<double> report_at_;  // when the failures seen so far are reported
-  std::vector<SilenceReport> silence_requests_;  // under control_mu_
   std::vector<SilenceReport> silences_;
   std::optional<double> silence_at_;  // when the silence reports so far are weighed
   void report_stall_culprit();

@@ -1,8 +1,48 @@
 #include "launcher/agent_messages.h"
 
+#include <limits>
+#include <type_traits>
+
 #include <nlohmann/json.hpp>
 
 namespace hvdrun {
+namespace {
+
+// A field of an agent's report, or `fallback` when it is missing, of another type or out of
+// T's range. (Neither json::value, which throws on a type mismatch, nor json::get, which
+// wraps 2^64 - 1 to -1, nor nlohmann's NLOHMANN_DEFINE_TYPE macros built on them, do this.)
+template <class T>
+T field(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if constexpr (std::is_same_v<T, bool>)
+    return it->is_boolean() ? it->template get<bool>() : fallback;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return it->is_string() ? it->template get<std::string>() : fallback;
+  else if constexpr (std::is_unsigned_v<T>)
+    return it->is_number_unsigned() ? it->template get<T>() : fallback;
+  else if (it->is_number_unsigned())  // (compared as signed, 2^64 - 1 passed as -1)
+    return it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? it->template get<T>()
+                                                                                                 : fallback;
+  else
+    return it->is_number_integer() && it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                   it->template get<int64_t>() <= std::numeric_limits<T>::max()
+               ? it->template get<T>()
+               : fallback;
+}
+
+// A report of type T filled from its JSON object by fill(j, t), or an error naming the
+// report when the payload is no JSON object.
+template <class T, class Fill>
+Result<T> decode_report(const std::string& text, const char* what, Fill fill) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return make_error(std::string("bad ") + what + " report from the agent: not a JSON object");
+  T t;
+  fill(j, t);
+  return t;
+}
+
+}  // namespace
 
 std::string encode_job(const AgentJob& job) {
   nlohmann::json j;
@@ -90,6 +130,68 @@ Result<AgentAttach> decode_attach(const std::string& text) {
   } catch (const std::exception& e) {
     return make_error(std::string("bad attach message from an agent: ") + e.what());
   }
+}
+
+std::string encode_setup_error(const AgentSetupError& e) {
+  return nlohmann::json{{"message", e.message}, {"code", e.code}, {"kind", static_cast<int>(e.kind)}}.dump();
+}
+
+Result<AgentSetupError> decode_setup_error(const std::string& text) {
+  return decode_report<AgentSetupError>(text, "setup error", [](const nlohmann::json& j, AgentSetupError& v) {
+    v.message = field(j, "message", v.message);
+    v.code = field(j, "code", v.code);
+    v.kind = error_kind_from_int(field(j, "kind", 0));
+  });
+}
+
+std::string encode_failed(const AgentFailed& f) { return nlohmann::json{{"rank", f.rank}, {"status", f.status}}.dump(); }
+
+Result<AgentFailed> decode_failed(const std::string& text) {
+  return decode_report<AgentFailed>(text, "failed rank", [](const nlohmann::json& j, AgentFailed& v) {
+    v.rank = field(j, "rank", v.rank);
+    v.status = field(j, "status", v.status);
+  });
+}
+
+std::string encode_exited(const AgentExited& e) { return nlohmann::json{{"rank", e.rank}}.dump(); }
+
+Result<AgentExited> decode_exited(const std::string& text) {
+  return decode_report<AgentExited>(text, "exited rank", [](const nlohmann::json& j, AgentExited& v) {
+    v.rank = field(j, "rank", v.rank);
+  });
+}
+
+std::string encode_slurm_signal(const AgentSlurmSignal& s) { return nlohmann::json{{"signal", s.signal}}.dump(); }
+
+Result<AgentSlurmSignal> decode_slurm_signal(const std::string& text) {
+  return decode_report<AgentSlurmSignal>(text, "Slurm signal", [](const nlohmann::json& j, AgentSlurmSignal& v) {
+    v.signal = field(j, "signal", v.signal);
+  });
+}
+
+std::string encode_stdin_taken(const AgentStdinTaken& t) {
+  if (t.closed) return nlohmann::json{{"closed", true}}.dump();
+  return nlohmann::json{{"bytes", t.bytes}}.dump();
+}
+
+Result<AgentStdinTaken> decode_stdin_taken(const std::string& text) {
+  return decode_report<AgentStdinTaken>(text, "stdin taken", [](const nlohmann::json& j, AgentStdinTaken& v) {
+    v.closed = field(j, "closed", false);
+    if (!v.closed) v.bytes = field(j, "bytes", uint64_t{0});
+  });
+}
+
+std::string encode_done(const AgentDone& d) {
+  nlohmann::json j{{"code", d.code}};
+  if (d.lost_contact_s > 0) j["lost_contact_s"] = d.lost_contact_s;
+  return j.dump();
+}
+
+Result<AgentDone> decode_done(const std::string& text) {
+  return decode_report<AgentDone>(text, "done", [](const nlohmann::json& j, AgentDone& v) {
+    v.code = field(j, "code", v.code);
+    v.lost_contact_s = field(j, "lost_contact_s", v.lost_contact_s);
+  });
 }
 
 }  // namespace hvdrun

@@ -2,11 +2,13 @@
 // Pure: no I/O.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/net.h"
 #include "common/result.h"
+#include "launcher/exit_status.h"
 
 namespace hvdrun {
 
@@ -50,5 +52,60 @@ struct AgentAttach {
 };
 std::string encode_attach(const AgentAttach& a);
 Result<AgentAttach> decode_attach(const std::string& json);
+
+// The agent's reports once it has the job. Their decoders fail only on a payload that is no
+// JSON object; a field that is missing, of another type or out of range takes its default
+// (an agent's malformed report is passed over, never thrown on: the relay thread that reads
+// them catches nothing).
+
+// kSetupError: the host could not be prepared (the kind travels with it: hvdrun's exit-code
+// table decides there).
+struct AgentSetupError {
+  std::string message = "setup failed";
+  int code = exit_code::kLaunchFailed;
+  ErrorKind kind = ErrorKind::kUnspecified;
+};
+std::string encode_setup_error(const AgentSetupError& e);
+Result<AgentSetupError> decode_setup_error(const std::string& json);
+
+// kFailed: a rank ended other than with code 0 (its wait status), for the blame.
+struct AgentFailed {
+  int rank = -1;
+  int status = 1 << 8;
+};
+std::string encode_failed(const AgentFailed& f);
+Result<AgentFailed> decode_failed(const std::string& json);
+
+// kExited: a rank exited with code 0, for the blame.
+struct AgentExited {
+  int rank = -1;
+};
+std::string encode_exited(const AgentExited& e);
+Result<AgentExited> decode_exited(const std::string& json);
+
+// kSlurmSignal: Slurm signalled the agent's step.
+struct AgentSlurmSignal {
+  int signal = 0;
+};
+std::string encode_slurm_signal(const AgentSlurmSignal& s);
+Result<AgentSlurmSignal> decode_slurm_signal(const std::string& json);
+
+// kStdinTaken: bytes of kStdin that left the agent for rank 0, or (closed) rank 0's stdin is
+// closed. On the wire one or the other ({"bytes":N} or {"closed":true}).
+struct AgentStdinTaken {
+  uint64_t bytes = 0;
+  bool closed = false;
+};
+std::string encode_stdin_taken(const AgentStdinTaken& t);
+Result<AgentStdinTaken> decode_stdin_taken(const std::string& json);
+
+// kDone: the job's code on this host, and how long hvdrun had been silent when the agent
+// gave it up (0: it did not; on the wire only when it did).
+struct AgentDone {
+  int code = 0;
+  int lost_contact_s = 0;
+};
+std::string encode_done(const AgentDone& d);
+Result<AgentDone> decode_done(const std::string& json);
 
 }  // namespace hvdrun

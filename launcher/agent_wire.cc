@@ -44,6 +44,16 @@ Status decode_output(std::string_view payload, int* rank, int* stream, std::stri
   return {};
 }
 
+std::string encode_signal(int sig) {
+  char c = static_cast<char>(sig);
+  return encode(Type::kSignal, std::string_view(&c, 1));
+}
+
+Result<int> decode_signal(std::string_view payload) {
+  if (payload.size() != 1) return make_error("signal frame of " + std::to_string(payload.size()) + " bytes (expected 1)");
+  return static_cast<int>(static_cast<unsigned char>(payload[0]));
+}
+
 Status FrameReader::feed(std::string_view bytes) {
   buf_.append(bytes);
   size_t pos = 0;

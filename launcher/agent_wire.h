@@ -1,12 +1,14 @@
 // The stream between hvdrun and its agent on a remote host (the agent's stdin and stdout
 // through SSH or a launch command, or a TCP connection the agent made back to hvdrun when
 // srun started it): frames of u32 length (big-endian, counting type and payload) | u8 type
-// | payload. The JSON payloads are in agent_messages.h.
+// | payload. Every JSON payload is a type in agent_messages.h with its encoder and decoder
+// (fuzzed: tests/fuzz/agent_wire_fuzzer.cc); kOutput and kSignal are binary (below).
 //
 //   agent -> hvdrun: kAttach (only on a connection it dialed, first: the job's token, its
 //                    task and node), kHello (JSON: its node, network stack and addresses), kReady,
-//                    kSetupError (JSON: message, code), kOutput (i32 rank | u8 stream |
-//                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code)
+//                    kSetupError (JSON: message, code, kind), kOutput (i32 rank | u8 stream |
+//                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code,
+//                    lost_contact_s), kExited (JSON: rank), kSlurmSignal (JSON: signal),
 //                    kStdinTaken (JSON: bytes of kStdin written to rank 0, or closed)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
 //                    with argv and env), kStart, kSignal (u8 signal), kStdin (bytes for
@@ -67,6 +69,9 @@ struct Frame {
 std::string encode(Type type, std::string_view payload);
 std::string encode_output(int rank, int stream, std::string_view lines);
 Status decode_output(std::string_view payload, int* rank, int* stream, std::string_view* lines);
+// kSignal: one byte, the signal's number.
+std::string encode_signal(int sig);
+Result<int> decode_signal(std::string_view payload);
 
 // Accumulates bytes; yields whole frames in order. Bytes that cannot start a frame (a
 // length of 0 or over kMaxFrame, an unknown type) are an error that quotes them.

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "launcher/exit_status.h"
+
 namespace hvdrun {
 namespace {
 
@@ -46,6 +48,7 @@ long long files_needed(const BudgetNeed& need) {
 long long tasks_needed(const BudgetNeed& need) { return need.local_ranks + kTasksMargin + need.remote_hosts; }
 
 Status check_process_budget(const ProcessBudget& have, const BudgetNeed& need) {
+  auto over_limit = [](std::string message) { return error_of(ErrorKind::kResourceLimit, std::move(message)); };
   auto ranks = [&] {
     return std::to_string(need.all_ranks) + " rank" + (need.all_ranks == 1 ? "" : "s") +
            (need.local_ranks != need.all_ranks ? " (" + std::to_string(need.local_ranks) + " on this host)" : "");
@@ -53,18 +56,18 @@ Status check_process_budget(const ProcessBudget& have, const BudgetNeed& need) {
   if (have.nofile >= 0) {
     long long files = files_needed(need) + have.nofile_in_use;
     if (files > have.nofile)
-      return make_error(ranks() + " need about " + std::to_string(files) +
+      return over_limit(ranks() + " need about " + std::to_string(files) +
                         " open files in hvdrun, over its limit of " + std::to_string(have.nofile) +
                         " (RLIMIT_NOFILE, 'ulimit -n'); raise the limit or start fewer ranks");
   }
   long long tasks = tasks_needed(need);
   if (have.nproc >= 0 && have.nproc_in_use + tasks > have.nproc)
-    return make_error(ranks() + " need " + std::to_string(tasks) + " more processes, but this user may start only " +
+    return over_limit(ranks() + " need " + std::to_string(tasks) + " more processes, but this user may start only " +
                       std::to_string(std::max(0LL, have.nproc - have.nproc_in_use)) + " more (RLIMIT_NPROC " +
                       rlimit_text(have.nproc) + ", 'ulimit -u', " + std::to_string(have.nproc_in_use) +
                       " in use); raise the limit or start fewer ranks");
   if (have.pid_max >= 0 && have.tasks_in_use + tasks > have.pid_max)
-    return make_error(ranks() + " need " + std::to_string(tasks) + " more processes, but the system has room for only " +
+    return over_limit(ranks() + " need " + std::to_string(tasks) + " more processes, but the system has room for only " +
                       std::to_string(std::max(0LL, have.pid_max - have.tasks_in_use)) +
                       " more (kernel.pid_max / kernel.threads-max " + std::to_string(have.pid_max) + ", " +
                       std::to_string(have.tasks_in_use) + " in use); start fewer ranks");

@@ -147,8 +147,7 @@ int run_job(const LaunchOptions& opts, char** envp) {
   need.all_ranks = static_cast<long long>(plan->ranks.size());
   for (const auto& r : plan->ranks) need.local_ranks += remote_index.count(r.host) ? 0 : 1;
   need.remote_hosts = static_cast<long long>(remote_names.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st)
-    return fail(error_of(ErrorKind::kResourceLimit, st.error().message));
+  if (auto st = check_process_budget(read_process_budget(), need); !st) return fail(st.error());
 
   // The timeline's paths, before anything starts: nothing there is followed or overwritten.
   // The file is the one the workers write (-x may set it for them alone).

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/net.h"
@@ -29,6 +28,7 @@
 #include "launcher/async_writer.h"
 #include "launcher/budget.h"
 #include "launcher/exit_status.h"
+#include "launcher/link_liveness.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
 
@@ -192,47 +192,54 @@ std::vector<std::string> slurm_node_env(const std::vector<std::string>& env) {
 std::atomic<uint64_t> g_stdin_taken{0};
 std::atomic<bool> g_stdin_closed{false};
 int g_stdin_wake[2] = {-1, -1};  // the writer's thread wakes the heartbeat thread here
+// Rank 0's stdin: a pipe fed from kStdin frames by a writer thread, so that a rank that
+// does not read never stalls the frames from hvdrun (heartbeats among them). Never
+// destroyed: its thread may still be blocked writing when the agent exits. Held by a
+// static, not a leak to LeakSanitizer (whose report at exit hvdrun shows).
+AsyncWriter* g_stdin_writer = nullptr;
+// How long the launcher had been silent when this agent gave it up (0: it did not).
+std::atomic<int> g_lost_contact_s{0};
 
-}  // namespace
-
-int run_agent_mode(const std::vector<std::string>& args) {
+// --start-timeout=SECONDS; anything else is the exit code 2, its line printed.
+Result<double> parse_agent_args(const std::vector<std::string>& args) {
   double start_timeout = 30;
   for (const auto& a : args) {
-    if (!starts_with(a, "--start-timeout=")) {
-      std::fprintf(stderr, "hvdrun: --agent: unexpected argument '%s' (expected --start-timeout=SECONDS)\n",
-                   printable(a).c_str());
-      return 2;
-    }
+    if (!starts_with(a, "--start-timeout="))
+      return make_error("--agent: unexpected argument '" + printable(a) + "' (expected --start-timeout=SECONDS)", 2);
     auto v = parse_double(a.substr(16), "--agent --start-timeout", 0.001, 1e7);
-    if (!v) {
-      std::fprintf(stderr, "hvdrun: %s\n", v.error().message.c_str());
-      return 2;
-    }
+    if (!v) return make_error(v.error().message, 2);
     start_timeout = *v;
   }
-  // The launcher sends the job once every host has said hello, and the start once every
-  // host is ready: both within its --start-timeout of starting us (a margin for the
-  // starter's own time). A launcher gone silent meanwhile (a network cut sends no FIN) is
-  // given up then, not after an hour.
-  auto start_deadline = deadline_in(start_timeout + 10);
-  std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
-  std::string node = node_name();
+  return start_timeout;
+}
+
+// The stream to the launcher: a TCP connection back to hvdrun (srun started us), or our
+// stdin and stdout.
+struct LauncherStream {
   UniqueFd sock;
   int in_fd = 0, out_fd = 1;
+};
+
+// 0, or the exit code (its line printed).
+int open_stream(const std::string& node, LauncherStream& st) {
+  std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
   if (!dial.empty()) {
     auto s = dial_launcher(dial, node);
     if (!s) {
       std::fprintf(stderr, "hvdrun --agent on %s: %s\n", node.c_str(), s.error().message.c_str());
       return 1;
     }
-    sock = std::move(*s);
-    in_fd = out_fd = sock.get();
+    st.sock = std::move(*s);
+    st.in_fd = st.out_fd = st.sock.get();
   } else if (isatty(1) || isatty(0)) {
     std::fprintf(stderr, "hvdrun: --agent is what hvdrun starts on remote hosts (over SSH, a launch command or "
                          "srun); it speaks a binary protocol on stdin/stdout and is not for a terminal\n");
     return 2;
   }
-  LauncherLink link(out_fd);
+  return 0;
+}
+
+AgentHello make_hello(const std::string& node, const UniqueFd& sock) {
   AgentHello hello;
   hello.version = HVDRUN_VERSION_STRING;
   hello.node = node;
@@ -244,215 +251,257 @@ int run_agent_mode(const std::vector<std::string>& args) {
   }
   auto port = free_tcp_port();
   hello.free_port = port ? *port : 0;
-  if (!link.send(Type::kHello, encode_hello(hello))) return 1;
+  return hello;
+}
+
+// This host made ready for the job: its working directory, the program resolved with the
+// workers' PATH, the process budget for its ranks. The program's path, or the error (its
+// kind travels to hvdrun with it).
+Result<std::string> prepare_host(const AgentJob& job) {
+  if (chdir(job.cwd.c_str()) != 0)
+    return error_of(ErrorKind::kLaunchFailed, "working directory " + job.cwd + " is not usable here (" +
+                                                  std::strerror(errno) +
+                                                  "); hvdrun starts remote ranks in the launcher's working directory");
+  std::string path;
+  for (const auto& kv : job.ranks[0].env)
+    if (starts_with(kv, "PATH=")) path = kv.substr(5);
+  auto exe = resolve_program(job.ranks[0].argv[0], path);
+  if (!exe) return exe.error();
+  BudgetNeed need;  // this host's workers, before any is spawned
+  need.local_ranks = static_cast<long long>(job.ranks.size());
+  if (auto st = check_process_budget(read_process_budget(), need); !st) return st.error();
+  return exe;
+}
+
+// Rank 0's stdin as a pipe from g_stdin_writer (ao.rank0_stdin_fd; `read_end` holds it).
+// hvdrun sends more only as rank 0 takes it (kStdinWindow in flight): a rank 0 that does
+// not read its stdin held all of hvdrun's here (314 MB after 18 s of a fast pipe).
+Status open_rank0_stdin(AgentOptions& ao, UniqueFd& read_end) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return {};  // (as before: rank 0 reads nothing)
+  read_end.reset(p[0]);
+  g_stdin_writer = new AsyncWriter(UniqueFd(p[1]));
+  ao.rank0_stdin_fd = p[0];
+  if (pipe2(g_stdin_wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    return error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno));
+  g_stdin_writer->on_done([](size_t bytes, bool failed) {
+    g_stdin_taken += bytes;
+    if (failed) g_stdin_closed = true;
+    char c = 1;
+    [[maybe_unused]] ssize_t n = ::write(g_stdin_wake[1], &c, 1);
+  });
+  return {};
+}
+
+// The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
+// connection) is gone. Both threads use run_agent_mode's objects (the agent, the link, the
+// reader): they are stopped and joined before it returns (the destructor, which runs
+// before those objects' own). Left running (detached), the control thread took the EOF of
+// hvdrun closing the link after kDone while this process was exiting, and wrote into the
+// agent that had gone with this frame (ASan's detect_stack_use_after_return: 8 of 10
+// agents of Cluster.RemoteWorkerKilledTearsDownTheJobWithItsRankAndHost; plain ASan: a
+// leaked vector grown inside the dead agent, exit 1, in 79 of 250 agents under load), and
+// the heartbeat thread wrote through the dead link: a corrupted exit (CI once saw an agent
+// still alive 10 s after hvdrun had ended).
+struct LinkThreads {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop_heartbeat = false, stop_control = false;  // under mu
+  UniqueFd stop_rd, stop_wr;  // the control thread's poll wakes on this pipe
+  UniqueFd beat_rd, beat_wr;  // and the heartbeat thread's on this one
+  std::thread control, heartbeat;
+  bool open() {
+    int p[2], q[2];
+    if (pipe2(p, O_CLOEXEC) != 0 || pipe2(q, O_CLOEXEC) != 0) return false;
+    stop_rd.reset(p[0]);
+    stop_wr.reset(p[1]);
+    beat_rd.reset(q[0]);
+    beat_wr.reset(q[1]);
+    return true;
+  }
+  ~LinkThreads() {
+    // The heartbeat first, while the control thread still stands guard: should a write to
+    // a launcher that stopped reading hold the heartbeat, the control thread still ends
+    // this process on the launcher's silence.
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop_heartbeat = true;
+    }
+    char b = 1;
+    [[maybe_unused]] ssize_t w = ::write(beat_wr.get(), &b, 1);
+    if (heartbeat.joinable()) heartbeat.join();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop_control = true;
+    }
+    cv.notify_all();
+    char c = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_wr.get(), &c, 1);
+    if (control.joinable()) control.join();
+  }
+};
+
+// The control thread: hvdrun's frames (signals, stdin) until the job is over here, or until
+// hvdrun is gone (EOF, or silent for the heartbeat time-out): then the workers are ended.
+void control_loop(LocalAgent& agent, agentwire::FrameReader& reader, LinkThreads& threads, int in_fd, double silence,
+                  double grace) {
+  // hvdrun's silence after it relayed a Ctrl-Z's SIGSTOP is that stop (LinkLiveness); EOF
+  // still ends the ranks (hvdrun killed while stopped).
+  LinkLiveness liveness(silence, std::chrono::steady_clock::now());
+  while (true) {
+    NoFrame why = NoFrame::kClosed;
+    auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &why);
+    if (!f && why == NoFrame::kStopped) return;  // the job is over here: kDone has gone
+    if (!f && why == NoFrame::kTimedOut && liveness.held()) continue;
+    if (!f) {
+      g_lost_contact_s = std::max(1, static_cast<int>(liveness.quiet_s(std::chrono::steady_clock::now()) + 0.5));
+      break;
+    }
+    liveness.heard(std::chrono::steady_clock::now());
+    if (auto sig = agentwire::decode_signal(f->payload); f->type == Type::kSignal && sig) {
+      liveness.relayed(*sig, std::chrono::steady_clock::now());
+      agent.request_signal(*sig);
+    }
+    if (f->type == Type::kStdin && g_stdin_writer) {
+      if (f->payload.empty()) g_stdin_writer->close_after_queued();  // end of hvdrun's stdin
+      else g_stdin_writer->write(std::move(f->payload));
+    }
+  }
+  agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
+  // If the agent's loop is stuck writing to a dead connection, leave the ending to the
+  // watchdog, which holds every worker's group.
+  std::unique_lock<std::mutex> lk(threads.mu);
+  if (!threads.cv.wait_for(lk, std::chrono::duration<double>(grace + 2), [&threads] { return threads.stop_control; }))
+    _exit(1);
+}
+
+// The heartbeat thread: heartbeats, and what rank 0 has taken of its stdin as the writer says.
+void heartbeat_loop(LauncherLink& link, LinkThreads& threads) {
+  using Clock = std::chrono::steady_clock;
+  auto next_beat = Clock::now();
+  uint64_t told = 0;
+  bool closed_told = false;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lk(threads.mu);
+      if (threads.stop_heartbeat) return;
+    }
+    auto now = Clock::now();
+    if (now >= next_beat) {
+      if (!link.send(Type::kHeartbeat, "")) return;
+      next_beat =
+          now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(agentwire::kHeartbeatInterval));
+    }
+    uint64_t taken = g_stdin_taken.load();
+    if (taken != told) {
+      if (!link.send(Type::kStdinTaken, encode_stdin_taken({taken - told, false}))) return;
+      told = taken;
+    }
+    if (g_stdin_closed && !closed_told) {
+      if (!link.send(Type::kStdinTaken, encode_stdin_taken({0, true}))) return;
+      closed_told = true;
+    }
+    pollfd p[2] = {{threads.beat_rd.get(), POLLIN, 0}, {g_stdin_wake[0], POLLIN, 0}};
+    int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()) + 1;
+    poll(p, 2, std::max(ms, 0));
+    char drain[64];
+    if (g_stdin_wake[0] >= 0)
+      while (::read(g_stdin_wake[0], drain, sizeof drain) > 0) {
+      }
+  }
+}
+
+// The agent's options: what it reports goes to hvdrun as frames.
+AgentOptions agent_options(const AgentJob& job, LauncherLink& link) {
+  AgentOptions ao;
+  ao.kill_grace = job.kill_grace;
+  ao.stdin_to_rank0 = false;
+  ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, encode_exited({rank})); };
+  ao.on_slurm_signal = [&link](int sig) { link.send(Type::kSlurmSignal, encode_slurm_signal({sig})); };
+  ao.on_failure = [&link](int rank, const std::string&, int status) {
+    link.send(Type::kFailed, encode_failed({rank, status}));
+  };
+  return ao;
+}
+
+std::vector<WorkerLaunch> launches_of(const AgentJob& job, const std::string& exe, bool dialed) {
+  std::vector<WorkerLaunch> launches;
+  for (const auto& r : job.ranks) {
+    WorkerLaunch l;
+    l.rank = r.rank;
+    l.host = job.host;
+    l.request.exe = exe;
+    l.request.argv = r.argv;
+    l.request.env = dialed ? slurm_node_env(r.env) : r.env;
+    launches.push_back(std::move(l));
+  }
+  return launches;
+}
+
+}  // namespace
+
+int run_agent_mode(const std::vector<std::string>& args) {
+  auto start_timeout = parse_agent_args(args);
+  if (!start_timeout) {
+    std::fprintf(stderr, "hvdrun: %s\n", start_timeout.error().message.c_str());
+    return start_timeout.error().code;
+  }
+  // The launcher sends the job once every host has said hello, and the start once every
+  // host is ready: both within its --start-timeout of starting us (a margin for the
+  // starter's own time). A launcher gone silent meanwhile (a network cut sends no FIN) is
+  // given up then, not after an hour.
+  auto start_deadline = deadline_in(*start_timeout + 10);
+  std::string node = node_name();
+  LauncherStream stream;
+  if (int code = open_stream(node, stream); code != 0) return code;
+  LauncherLink link(stream.out_fd);
+  if (!link.send(Type::kHello, encode_hello(make_hello(node, stream.sock)))) return 1;
 
   agentwire::FrameReader reader;
   // The launcher sends the job once every host has said hello: it may wait for the slowest.
-  auto jf = read_frame(in_fd, reader, seconds_until(start_deadline));
+  auto jf = read_frame(stream.in_fd, reader, seconds_until(start_deadline));
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
   // The error's kind travels with it: hvdrun's exit-code table decides there.
-  auto setup_error = [&](const std::string& message, ErrorKind kind) {
-    Error e = error_of(kind, message);
-    link.send(Type::kSetupError,
-              nlohmann::json{{"message", message}, {"code", e.code}, {"kind", static_cast<int>(kind)}}.dump());
+  auto setup_error = [&](const Error& error) {
+    Error e = error_of(error.kind, error.message);
+    link.send(Type::kSetupError, encode_setup_error({error.message, e.code, error.kind}));
     return e.code;
   };
-  if (!job) return setup_error(job.error().message, ErrorKind::kLaunchFailed);
-  if (chdir(job->cwd.c_str()) != 0)
-    return setup_error("working directory " + job->cwd + " is not usable here (" + std::strerror(errno) +
-                           "); hvdrun starts remote ranks in the launcher's working directory",
-                       ErrorKind::kLaunchFailed);
-  std::string path;
-  for (const auto& kv : job->ranks[0].env)
-    if (starts_with(kv, "PATH=")) path = kv.substr(5);
-  auto exe = resolve_program(job->ranks[0].argv[0], path);
-  if (!exe) return setup_error(exe.error().message, exe.error().kind);
-  BudgetNeed need;  // this host's workers, before any is spawned
-  need.local_ranks = static_cast<long long>(job->ranks.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st) return setup_error(st.error().message, ErrorKind::kResourceLimit);
+  if (!job) return setup_error(with_kind(job.error(), ErrorKind::kLaunchFailed));
+  auto exe = prepare_host(*job);
+  if (!exe) return setup_error(exe.error());
   auto watchdog = Watchdog::start(job->kill_grace);
-  if (!watchdog) return setup_error(watchdog.error().message, ErrorKind::kLaunchFailed);
+  if (!watchdog) return setup_error(with_kind(watchdog.error(), ErrorKind::kLaunchFailed));
   if (!link.send(Type::kReady, "")) return 1;
 
-  auto sf = read_frame(in_fd, reader, seconds_until(start_deadline));
+  auto sf = read_frame(stream.in_fd, reader, seconds_until(start_deadline));
   if (!sf || sf->type != Type::kStart) {
     watchdog->disarm();
     return 0;  // the launcher stopped before the start: nothing was started
   }
 
   FramedSink sink(link);
-  AgentOptions ao;
-  ao.kill_grace = job->kill_grace;
-  ao.stdin_to_rank0 = false;
-  // Rank 0's stdin: a pipe fed from kStdin frames by a writer thread, so that a rank that
-  // does not read never stalls the frames from hvdrun (heartbeats among them). Never
-  // destroyed: its thread may still be blocked writing when the agent exits. Held by a
-  // static, not a leak to LeakSanitizer (whose report at exit hvdrun shows).
+  AgentOptions ao = agent_options(*job, link);
   UniqueFd rank0_stdin;
-  static AsyncWriter* stdin_writer = nullptr;
-  if (int p[2]; job->stdin_to_rank0 && pipe2(p, O_CLOEXEC) == 0) {
-    rank0_stdin.reset(p[0]);
-    stdin_writer = new AsyncWriter(UniqueFd(p[1]));
-    ao.rank0_stdin_fd = p[0];
-    // hvdrun sends more only as rank 0 takes it (kStdinWindow in flight): a rank 0 that does
-    // not read its stdin held all of hvdrun's here (314 MB after 18 s of a fast pipe).
-    if (pipe2(g_stdin_wake, O_CLOEXEC | O_NONBLOCK) != 0)
-      return setup_error(std::string("pipe: ") + std::strerror(errno), ErrorKind::kLaunchFailed);
-    stdin_writer->on_done([](size_t bytes, bool failed) {
-      g_stdin_taken += bytes;
-      if (failed) g_stdin_closed = true;
-      char c = 1;
-      [[maybe_unused]] ssize_t n = ::write(g_stdin_wake[1], &c, 1);
-    });
-  }
-  ao.on_exit0 = [&link](int rank) { link.send(Type::kExited, nlohmann::json{{"rank", rank}}.dump()); };
-  ao.on_slurm_signal = [&link](int sig) { link.send(Type::kSlurmSignal, nlohmann::json{{"signal", sig}}.dump()); };
-  ao.on_failure = [&link](int rank, const std::string&, int status) {
-    link.send(Type::kFailed, nlohmann::json{{"rank", rank}, {"status", status}}.dump());
-  };
+  if (job->stdin_to_rank0)
+    if (auto st = open_rank0_stdin(ao, rank0_stdin); !st) return setup_error(st.error());
   LocalAgent agent(ao, sink, &*watchdog);
+  LinkThreads threads;  // after the objects its threads use: stopped and joined first
+  if (!threads.open())
+    return setup_error(error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno)));
+  threads.control = std::thread(control_loop, std::ref(agent), std::ref(reader), std::ref(threads), stream.in_fd,
+                                job->heartbeat_timeout, job->kill_grace);
+  threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
 
-  // The launcher's side: relayed signals, heartbeats, and EOF or silence when it (or the
-  // connection) is gone. Both threads use this frame's objects (the agent, the link, the
-  // reader): they are stopped and joined before it returns (LinkThreads' destructor, which
-  // runs before those objects' own). Left running (detached), the control thread took the
-  // EOF of hvdrun closing the link after kDone while this process was exiting, and wrote
-  // into the agent that had gone with this frame (ASan's detect_stack_use_after_return: 8 of
-  // 10 agents of Cluster.RemoteWorkerKilledTearsDownTheJobWithItsRankAndHost; plain ASan: a
-  // leaked vector grown inside the dead agent, exit 1, in 79 of 250 agents under load), and
-  // the heartbeat thread wrote through the dead link: a corrupted exit (CI once saw an agent
-  // still alive 10 s after hvdrun had ended).
-  double silence = job->heartbeat_timeout, grace = job->kill_grace;
-  // How long the launcher had been silent when this agent gave it up (0: it did not).
-  static std::atomic<int> lost_contact_s{0};
-  struct LinkThreads {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool stop_heartbeat = false, stop_control = false;  // under mu
-    UniqueFd stop_rd, stop_wr;  // the control thread's poll wakes on this pipe
-    UniqueFd beat_rd, beat_wr;  // and the heartbeat thread's on this one
-    std::thread control, heartbeat;
-    ~LinkThreads() {
-      // The heartbeat first, while the control thread still stands guard: should a write to
-      // a launcher that stopped reading hold the heartbeat, the control thread still ends
-      // this process on the launcher's silence.
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        stop_heartbeat = true;
-      }
-      char b = 1;
-      [[maybe_unused]] ssize_t w = ::write(beat_wr.get(), &b, 1);
-      if (heartbeat.joinable()) heartbeat.join();
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        stop_control = true;
-      }
-      cv.notify_all();
-      char c = 1;
-      [[maybe_unused]] ssize_t n = ::write(stop_wr.get(), &c, 1);
-      if (control.joinable()) control.join();
-    }
-  } threads;
-  if (int p[2], q[2]; pipe2(p, O_CLOEXEC) == 0 && pipe2(q, O_CLOEXEC) == 0) {
-    threads.stop_rd.reset(p[0]);
-    threads.stop_wr.reset(p[1]);
-    threads.beat_rd.reset(q[0]);
-    threads.beat_wr.reset(q[1]);
-  } else {
-    return setup_error(std::string("pipe: ") + std::strerror(errno), ErrorKind::kLaunchFailed);
-  }
-  threads.control = std::thread([&agent, &reader, &threads, in_fd, silence, grace] {
-    auto last_heard = std::chrono::steady_clock::now();
-    // hvdrun relayed a SIGSTOP: Ctrl-Z, and it stops itself next. Its silence until it
-    // relays the SIGCONT (fg, bg) is that stop, not a lost launcher: a job held longer than
-    // the heartbeat time-out ran on after fg, as a local one does (and as under mpirun or
-    // srun). EOF still ends the ranks (hvdrun killed while stopped).
-    bool launcher_stopped = false;
-    while (true) {
-      NoFrame why = NoFrame::kClosed;
-      auto f = read_frame(in_fd, reader, silence, threads.stop_rd.get(), &why);
-      if (!f && why == NoFrame::kStopped) return;  // the job is over here: kDone has gone
-      if (!f && why == NoFrame::kTimedOut && launcher_stopped) continue;
-      if (!f) {
-        auto quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
-        lost_contact_s = std::max(1, static_cast<int>(quiet + 0.5));
-        break;
-      }
-      last_heard = std::chrono::steady_clock::now();
-      if (f->type == Type::kSignal && f->payload.size() == 1) {
-        int sig = static_cast<unsigned char>(f->payload[0]);
-        if (sig == SIGSTOP) launcher_stopped = true;
-        if (sig == SIGCONT) launcher_stopped = false;
-        agent.request_signal(sig);
-      }
-      if (f->type == Type::kStdin && stdin_writer) {
-        if (f->payload.empty()) stdin_writer->close_after_queued();  // end of hvdrun's stdin
-        else stdin_writer->write(std::move(f->payload));
-      }
-    }
-    agent.request_signal(SIGTERM);  // lost the launcher: end the workers (grace, then SIGKILL)
-    // If the agent's loop is stuck writing to a dead connection, leave the ending to the
-    // watchdog, which holds every worker's group.
-    std::unique_lock<std::mutex> lk(threads.mu);
-    if (!threads.cv.wait_for(lk, std::chrono::duration<double>(grace + 2), [&threads] { return threads.stop_control; }))
-      _exit(1);
-  });
-  // Heartbeats, and what rank 0 has taken of its stdin as the writer says.
-  threads.heartbeat = std::thread([&link, &threads] {
-    using Clock = std::chrono::steady_clock;
-    auto next_beat = Clock::now();
-    uint64_t told = 0;
-    bool closed_told = false;
-    while (true) {
-      {
-        std::lock_guard<std::mutex> lk(threads.mu);
-        if (threads.stop_heartbeat) return;
-      }
-      auto now = Clock::now();
-      if (now >= next_beat) {
-        if (!link.send(Type::kHeartbeat, "")) return;
-        next_beat = now + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(agentwire::kHeartbeatInterval));
-      }
-      uint64_t taken = g_stdin_taken.load();
-      if (taken != told) {
-        if (!link.send(Type::kStdinTaken, nlohmann::json{{"bytes", taken - told}}.dump())) return;
-        told = taken;
-      }
-      if (g_stdin_closed && !closed_told) {
-        if (!link.send(Type::kStdinTaken, nlohmann::json{{"closed", true}}.dump())) return;
-        closed_told = true;
-      }
-      pollfd p[2] = {{threads.beat_rd.get(), POLLIN, 0}, {g_stdin_wake[0], POLLIN, 0}};
-      int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()) + 1;
-      poll(p, 2, std::max(ms, 0));
-      char drain[64];
-      if (g_stdin_wake[0] >= 0)
-        while (::read(g_stdin_wake[0], drain, sizeof drain) > 0) {
-        }
-    }
-  });
-
-  std::vector<WorkerLaunch> launches;
-  for (const auto& r : job->ranks) {
-    WorkerLaunch l;
-    l.rank = r.rank;
-    l.host = job->host;
-    l.request.exe = *exe;
-    l.request.argv = r.argv;
-    l.request.env = sock.valid() ? slurm_node_env(r.env) : r.env;
-    launches.push_back(std::move(l));
-  }
-  AgentResult res = agent.run(std::move(launches));
+  AgentResult res = agent.run(launches_of(*job, *exe, stream.sock.valid()));
   watchdog->disarm();
-  nlohmann::json done{{"code", res.exit_code}};
-  if (lost_contact_s > 0) done["lost_contact_s"] = lost_contact_s.load();  // hvdrun was stopped, say
-  link.send(Type::kDone, done.dump());
+  // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
+  link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));
   // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
   // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
-  if (sock.valid()) return 0;
+  if (stream.sock.valid()) return 0;
   return res.exit_code;
 }
 

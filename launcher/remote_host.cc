@@ -6,9 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <limits>
-#include <type_traits>
-#include <nlohmann/json.hpp>
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
@@ -19,34 +16,6 @@
 namespace hvdrun {
 
 using agentwire::Type;
-
-namespace {
-
-// A field of an agent's JSON report, or `fallback` when it is missing or of another type:
-// a malformed report is passed over, not thrown on (json::value throws on a type mismatch,
-// and nothing on the relay thread catches).
-template <class T>
-T field(const nlohmann::json& j, const char* key, T fallback) {
-  if (!j.is_object()) return fallback;
-  auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  if constexpr (std::is_same_v<T, bool>)
-    return it->is_boolean() ? it->template get<bool>() : fallback;
-  else if constexpr (std::is_same_v<T, std::string>)
-    return it->is_string() ? it->template get<std::string>() : fallback;
-  else if constexpr (std::is_unsigned_v<T>)
-    return it->is_number_unsigned() ? it->template get<T>() : fallback;
-  else if (it->is_number_unsigned())  // (compared as signed, 2^64 - 1 passed as -1)
-    return it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()) ? it->template get<T>()
-                                                                                                 : fallback;
-  else
-    return it->is_number_integer() && it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
-                   it->template get<int64_t>() <= std::numeric_limits<T>::max()
-               ? it->template get<T>()
-               : fallback;
-}
-
-}  // namespace
 
 RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
     : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
@@ -153,11 +122,9 @@ Status RemoteHost::prepare(const AgentJob& job) {
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type == Type::kReady) return {};
   if (f->type == Type::kSetupError) {
-    auto j = nlohmann::json::parse(f->payload, nullptr, false);
-    std::string message = field(j, "message", std::string("setup failed"));
-    int code = field(j, "code", exit_code::kLaunchFailed);
-    ErrorKind kind = error_kind_from_int(field(j, "kind", 0));
-    return make_error(kind, "host " + host_ + ": " + message, code);
+    auto e = decode_setup_error(f->payload);
+    AgentSetupError se = e ? *e : AgentSetupError{};
+    return make_error(se.kind, "host " + host_ + ": " + se.message, se.code);
   }
   return error_of(ErrorKind::kLaunchFailed, link_->label() + ": unexpected answer to the job description");
 }
@@ -174,120 +141,123 @@ void RemoteHost::start(LocalAgent& agent, OutputSink& sink) {
   });
 }
 
+// Writes in the loop never block: a link that takes nothing (an agent or its client
+// stopped, a network cut, with hvdrun's stdin filling the pipe or SSH window) held this
+// thread in a heartbeat's write, past the silence check: hvdrun never said it lost contact
+// and never ended, not even on a second Ctrl-C. A frame waits for room instead.
+constexpr size_t kSmallFrame = 6;  // u32 length | u8 type | at most one payload byte
+
 void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
   if (!link_->write(agentwire::encode(Type::kStart, ""))) {
     agent.request_teardown("hvdrun: host " + host_ + ": connection lost before the start", exit_code::kLaunchFailed);
     return;
   }
-  bool failed_reported = false;
-  using Clock = std::chrono::steady_clock;
-  auto last_heard = Clock::now(), last_sent = Clock::now();
-  bool stop_sent = false;  // a Ctrl-Z's SIGSTOP went to the agent, and no SIGCONT yet
-  auto silence = std::chrono::duration<double>(settings_.heartbeat_timeout);
-  // Writes in the loop never block: a link that takes nothing (an agent or its client
-  // stopped, a network cut, with hvdrun's stdin filling the pipe or SSH window) held this
-  // thread in a heartbeat's write, past the silence check below: hvdrun never said it lost
-  // contact and never ended, not even on a second Ctrl-C. A frame waits for room instead.
-  constexpr size_t kSmallFrame = 6;  // u32 length | u8 type | at most one payload byte
+  RelayState st{LinkLiveness(settings_.heartbeat_timeout, Clock::now()), Clock::now()};
   while (true) {
     auto now = Clock::now();
-    if (now - last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval) &&
+    if (now - st.last_sent >= std::chrono::duration<double>(agentwire::kHeartbeatInterval) &&
         link_->write_room() >= kSmallFrame) {
       (void)link_->write(agentwire::encode(Type::kHeartbeat, ""));
-      last_sent = now;
+      st.last_sent = now;
     }
-    // Between the SIGSTOP of a Ctrl-Z and the SIGCONT after it, hvdrun was stopped itself:
-    // the agent's silence over that time is not counted (the agent does not count ours).
-    if (!stop_sent && now - last_heard > silence) {
+    if (st.liveness.lost(now)) {
       // The host or the network is down, or hvdrun itself was stopped (SIGSTOP, a paused VM)
       // past HVDRUN_HEARTBEAT_TIMEOUT: either way the agent there has ended its ranks.
-      int quiet = static_cast<int>(std::chrono::duration<double>(now - last_heard).count() + 0.5);
+      int quiet = static_cast<int>(st.liveness.quiet_s(now) + 0.5);
       agent.request_teardown(lost_contact_message(quiet), exit_code::kLostContact);
       return;
     }
     // Signals before stdin (which may fill the link): a teardown's SIGTERM is not held
     // behind megabytes of input.
-    std::vector<int> sigs;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      sigs.swap(signals_);
-      signals_in_flight_ = !sigs.empty();
-    }
-    if (!sigs.empty()) {
-      size_t sent = 0;
-      for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
-        char c = static_cast<char>(sigs[sent]);
-        (void)link_->write(agentwire::encode(Type::kSignal, std::string_view(&c, 1)));
-        if (sigs[sent] == SIGSTOP) stop_sent = true;
-        if (sigs[sent] == SIGCONT && stop_sent) {
-          stop_sent = false;
-          last_heard = Clock::now();
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        // The rest, in order, before any queued meanwhile.
-        signals_.insert(signals_.begin(), sigs.begin() + static_cast<std::ptrdiff_t>(sent), sigs.end());
-        signals_in_flight_ = false;
-      }
-      signals_cv_.notify_all();
-    }
+    send_queued_signals(st);
     send_queued_stdin();
-    while (auto next = reader_.next()) {
-      const agentwire::Frame& f = *next;
-      if (f.type == Type::kOutput) {
-        int rank, stream;
-        std::string_view lines;
-        if (!agentwire::decode_output(f.payload, &rank, &stream, &lines)) continue;
-        if (rank < 0) sink.notice(std::string(lines.substr(0, lines.empty() ? 0 : lines.size() - 1)));
-        else sink.write_lines(rank, stream == 0 ? StreamKind::kStdout : StreamKind::kStderr, lines);
-      } else if (f.type == Type::kFailed) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object()) {
-          failed_reported = true;
-          agent.remote_failure(field(j, "rank", -1), host_, field(j, "status", 1 << 8));
-        }
-      } else if (f.type == Type::kStdinTaken) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (field(j, "closed", false)) stdin_closed_ = true;
-        else
-          stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, field(j, "bytes", uint64_t{0}));
-      } else if (f.type == Type::kSlurmSignal) {
-        int sig = field(nlohmann::json::parse(f.payload, nullptr, false), "signal", 0);
-        if (sig == SIGTERM) agent.slurm_signal(sig);  // what an agent reports (handle_signal)
-      } else if (f.type == Type::kExited) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        if (j.is_object()) agent.remote_exited_0(field(j, "rank", -1));
-      } else if (f.type == Type::kDone) {
-        auto j = nlohmann::json::parse(f.payload, nullptr, false);
-        int code = field(j, "code", 0);
-        int lost = field(j, "lost_contact_s", 0);
-        if (lost > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
-          agent.request_teardown(lost_contact_message(lost), exit_code::kLostContact);
-        else if (code != 0 && !failed_reported)
-          agent.request_teardown("", code);  // its notice said why
+    while (auto next = reader_.next())
+      if (take_frame(*next, agent, sink, st)) {
         wait_for_agent_exit(sink);
         return;
       }
-    }
-    auto bytes = link_->read(20);
-    if (!bytes) {
-      // What the client or agent said last comes with the end of its output (an ssh
-      // client's "Connection to node2 closed by remote host.", an agent's own error): it
-      // was read with the EOF and never shown.
-      relay_stderr(sink);
-      agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
-                             exit_code::kLostContact);
-      return;
-    }
-    if (!bytes->empty()) last_heard = Clock::now();
-    relay_stderr(sink);
-    if (!bytes->empty())
-      if (auto s = reader_.feed(*bytes); !s) {
-        agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);
-        return;
-      }
+    if (!read_link(agent, sink, st)) return;
   }
+}
+
+// The signals asked for, in order, as far as the link has room now.
+void RemoteHost::send_queued_signals(RelayState& st) {
+  std::vector<int> sigs;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    sigs.swap(signals_);
+    signals_in_flight_ = !sigs.empty();
+  }
+  if (sigs.empty()) return;
+  size_t sent = 0;
+  for (; sent < sigs.size() && link_->write_room() >= kSmallFrame; ++sent) {
+    (void)link_->write(agentwire::encode_signal(sigs[sent]));
+    st.liveness.relayed(sigs[sent], Clock::now());
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // The rest, in order, before any queued meanwhile.
+    signals_.insert(signals_.begin(), sigs.begin() + static_cast<std::ptrdiff_t>(sent), sigs.end());
+    signals_in_flight_ = false;
+  }
+  signals_cv_.notify_all();
+}
+
+// One frame from the agent, handed to the sink or the agent. True at its kDone.
+bool RemoteHost::take_frame(const agentwire::Frame& f, LocalAgent& agent, OutputSink& sink, RelayState& st) {
+  if (f.type == Type::kOutput) {
+    int rank, stream;
+    std::string_view lines;
+    if (!agentwire::decode_output(f.payload, &rank, &stream, &lines)) return false;
+    if (rank < 0) sink.notice(std::string(lines.substr(0, lines.empty() ? 0 : lines.size() - 1)));
+    else sink.write_lines(rank, stream == 0 ? StreamKind::kStdout : StreamKind::kStderr, lines);
+  } else if (f.type == Type::kFailed) {
+    if (auto r = decode_failed(f.payload)) {
+      st.failed_reported = true;
+      agent.remote_failure(r->rank, host_, r->status);
+    }
+  } else if (f.type == Type::kStdinTaken) {
+    if (auto t = decode_stdin_taken(f.payload); t && t->closed) stdin_closed_ = true;
+    else if (t)
+      stdin_in_flight_ -= std::min<uint64_t>(stdin_in_flight_, t->bytes);
+  } else if (f.type == Type::kSlurmSignal) {
+    auto s = decode_slurm_signal(f.payload);
+    if (s && s->signal == SIGTERM) agent.slurm_signal(s->signal);  // what an agent reports (handle_signal)
+  } else if (f.type == Type::kExited) {
+    if (auto e = decode_exited(f.payload)) agent.remote_exited_0(e->rank);
+  } else if (f.type == Type::kDone) {
+    auto d = decode_done(f.payload);
+    AgentDone done = d ? *d : AgentDone{};
+    if (done.lost_contact_s > 0)  // the agent stopped hearing from us (we were stopped) and ended its ranks
+      agent.request_teardown(lost_contact_message(done.lost_contact_s), exit_code::kLostContact);
+    else if (done.code != 0 && !st.failed_reported)
+      agent.request_teardown("", done.code);  // its notice said why
+    return true;
+  }
+  return false;
+}
+
+// What the link has now (waiting 20 ms at most). False when it is gone or broken: the
+// teardown is asked for.
+bool RemoteHost::read_link(LocalAgent& agent, OutputSink& sink, RelayState& st) {
+  auto bytes = link_->read(20);
+  if (!bytes) {
+    // What the client or agent said last comes with the end of its output (an ssh
+    // client's "Connection to node2 closed by remote host.", an agent's own error): it
+    // was read with the EOF and never shown.
+    relay_stderr(sink);
+    agent.request_teardown("hvdrun: " + bytes.error().message + "; the agent there ends its workers",
+                           exit_code::kLostContact);
+    return false;
+  }
+  if (!bytes->empty()) st.liveness.heard(Clock::now());
+  relay_stderr(sink);
+  if (!bytes->empty())
+    if (auto s = reader_.feed(*bytes); !s) {
+      agent.request_teardown("hvdrun: host " + host_ + ": " + s.error().message, exit_code::kLaunchFailed);
+      return false;
+    }
+  return true;
 }
 
 // After its kDone the agent only exits: its output ends (EOF) when it has. hvdrun returns

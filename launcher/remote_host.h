@@ -19,6 +19,7 @@
 #include "launcher/output_sink.h"
 #include "launcher/agent_messages.h"
 #include "launcher/agent_wire.h"
+#include "launcher/link_liveness.h"
 #include "launcher/starter.h"
 
 namespace hvdrun {
@@ -66,6 +67,15 @@ class RemoteHost : public RemoteControl {
   std::string describe_exit(const std::string& what);
   Error stream_error(const Error& e) const;
   void relay(LocalAgent& agent, OutputSink& sink);
+  using Clock = std::chrono::steady_clock;
+  struct RelayState {
+    LinkLiveness liveness;          // the agent's silence, and the Ctrl-Z exemption
+    Clock::time_point last_sent;    // our last heartbeat
+    bool failed_reported = false;  // the agent reported a failed rank (kFailed)
+  };
+  void send_queued_signals(RelayState& st);
+  bool take_frame(const agentwire::Frame& f, LocalAgent& agent, OutputSink& sink, RelayState& st);
+  bool read_link(LocalAgent& agent, OutputSink& sink, RelayState& st);
   void relay_stderr(OutputSink& sink);
   void wait_for_agent_exit(OutputSink& sink);
   static constexpr double kAgentExitWait = 5;  // seconds from the agent's kDone to its exit

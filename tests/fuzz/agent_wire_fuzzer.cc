@@ -1,5 +1,7 @@
-// libFuzzer target: the hvdrun <-> agent stream (agent_wire frames, fed in pieces) and the
-// JSON messages they carry (job, hello, attach, output).
+// libFuzzer target: the hvdrun <-> agent stream (agent_wire frames, fed in pieces) and every
+// message they carry (job, hello, attach, setup error, failed, exited, Slurm signal, stdin
+// taken, done, output, signal). What a decoder takes, its encoder writes back and the
+// decoder reads again as the same message.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,6 +11,55 @@
 #include "launcher/agent_wire.h"
 
 using namespace hvdrun;
+
+namespace {
+
+// decode(encode(decode(payload))) == decode(payload), for a message that decoded.
+template <class T, class Dec, class Enc, class Same>
+void round_trip(const std::string& payload, Dec dec, Enc enc, Same same) {
+  Result<T> a = dec(payload);
+  if (!a) return;
+  Result<T> b = dec(enc(*a));
+  if (!b || !same(*a, *b)) __builtin_trap();
+}
+
+void decode_reports(const std::string& p) {
+  (void)decode_job(p);
+  (void)decode_hello(p);
+  (void)decode_attach(p);
+  round_trip<AgentSetupError>(p, decode_setup_error, encode_setup_error, [](const auto& a, const auto& b) {
+    return a.message == b.message && a.code == b.code && a.kind == b.kind;
+  });
+  round_trip<AgentFailed>(p, decode_failed, encode_failed,
+                          [](const auto& a, const auto& b) { return a.rank == b.rank && a.status == b.status; });
+  round_trip<AgentExited>(p, decode_exited, encode_exited, [](const auto& a, const auto& b) { return a.rank == b.rank; });
+  round_trip<AgentSlurmSignal>(p, decode_slurm_signal, encode_slurm_signal,
+                               [](const auto& a, const auto& b) { return a.signal == b.signal; });
+  round_trip<AgentStdinTaken>(p, decode_stdin_taken, encode_stdin_taken,
+                              [](const auto& a, const auto& b) { return a.closed == b.closed && a.bytes == b.bytes; });
+  round_trip<AgentDone>(p, decode_done, encode_done, [](const auto& a, const auto& b) {
+    return a.code == b.code && (a.lost_contact_s > 0 ? a.lost_contact_s : 0) == b.lost_contact_s;
+  });
+}
+
+void decode_frame(const agentwire::Frame& f) {
+  using agentwire::Type;
+  if (f.type == Type::kOutput) {
+    int rank, stream;
+    std::string_view lines;
+    if (agentwire::decode_output(f.payload, &rank, &stream, &lines)) {
+      std::string again = agentwire::encode_output(rank, stream, lines);
+      if (again.substr(5) != f.payload) __builtin_trap();
+    }
+  } else if (f.type == Type::kSignal) {
+    if (auto sig = agentwire::decode_signal(f.payload); sig && agentwire::encode_signal(*sig).substr(5) != f.payload)
+      __builtin_trap();
+  } else {
+    decode_reports(f.payload);
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
@@ -20,23 +71,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (reader.stuck_at().size() > 80 + 3) __builtin_trap();  // 80 bytes at most, and "..."
       break;
     }
-    while (auto f = reader.next()) {
-      int rank, stream;
-      std::string_view lines;
-      switch (f->type) {
-        case agentwire::Type::kOutput: (void)agentwire::decode_output(f->payload, &rank, &stream, &lines); break;
-        case agentwire::Type::kJob: (void)decode_job(f->payload); break;
-        case agentwire::Type::kHello: (void)decode_hello(f->payload); break;
-        case agentwire::Type::kAttach: (void)decode_attach(f->payload); break;
-        default: break;
-      }
-    }
+    while (auto f = reader.next()) decode_frame(*f);
   }
   (void)reader.finish();
-  // The JSON decoders on the raw input too (a corpus of messages finds their corners).
-  std::string json(in);
-  (void)decode_job(json);
-  (void)decode_hello(json);
-  (void)decode_attach(json);
+  // Every decoder on the raw input too (a corpus of messages finds their corners).
+  decode_reports(std::string(in));
   return 0;
 }

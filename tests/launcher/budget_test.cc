@@ -12,6 +12,7 @@ TEST(ProcessBudget, DescriptorsNamedWithTheValueNeeded) {
   BudgetNeed need{100000, 100000, 0};
   auto st = check_process_budget(have, need);
   ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().kind, ErrorKind::kResourceLimit);  // the kind travels with it (hvdrun and agents alike)
   EXPECT_EQ(st.error().message,
             "100000 ranks need about " + std::to_string(files_needed(need) + 10) +
                 " open files in hvdrun, over its limit of 20000 (RLIMIT_NOFILE, 'ulimit -n'); raise the limit or "

@@ -1,0 +1,80 @@
+// The agent's reports (kSetupError, kFailed, kExited, kSlurmSignal, kStdinTaken, kDone): the
+// bytes on the wire are the ones agents of this version have always sent, and what a
+// malformed report carries takes its field's default.
+#include "launcher/agent_messages.h"
+
+#include <gtest/gtest.h>
+
+#include "launcher/agent_wire.h"
+
+namespace hvdrun {
+namespace {
+
+TEST(AgentMessages, ReportsKeepTheirBytesOnTheWire) {
+  EXPECT_EQ(encode_setup_error({"no such file", 127, ErrorKind::kNotFound}),
+            "{\"code\":127,\"kind\":" + std::to_string(static_cast<int>(ErrorKind::kNotFound)) +
+                ",\"message\":\"no such file\"}");
+  EXPECT_EQ(encode_failed({3, 9}), "{\"rank\":3,\"status\":9}");
+  EXPECT_EQ(encode_exited({1}), "{\"rank\":1}");
+  EXPECT_EQ(encode_slurm_signal({15}), "{\"signal\":15}");
+  EXPECT_EQ(encode_stdin_taken({4096, false}), "{\"bytes\":4096}");
+  EXPECT_EQ(encode_stdin_taken({0, true}), "{\"closed\":true}");
+  EXPECT_EQ(encode_done({143, 0}), "{\"code\":143}");
+  EXPECT_EQ(encode_done({1, 31}), "{\"code\":1,\"lost_contact_s\":31}");
+  EXPECT_EQ(agentwire::encode_signal(19), agentwire::encode(agentwire::Type::kSignal, "\x13"));
+}
+
+TEST(AgentMessages, ReportsRoundTrip) {
+  auto se = decode_setup_error(encode_setup_error({"cwd gone", 3, ErrorKind::kLaunchFailed}));
+  ASSERT_TRUE(se);
+  EXPECT_EQ(se->message, "cwd gone");
+  EXPECT_EQ(se->code, 3);
+  EXPECT_EQ(se->kind, ErrorKind::kLaunchFailed);
+  auto f = decode_failed(encode_failed({2, 137 << 8}));
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->status, 137 << 8);
+  auto t = decode_stdin_taken(encode_stdin_taken({1u << 20, false}));
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->bytes, 1u << 20);
+  EXPECT_FALSE(t->closed);
+  auto d = decode_done(encode_done({6, 40}));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->code, 6);
+  EXPECT_EQ(d->lost_contact_s, 40);
+  auto sig = agentwire::decode_signal(agentwire::encode_signal(18).substr(5));
+  ASSERT_TRUE(sig);
+  EXPECT_EQ(*sig, 18);
+}
+
+// A field of another type or out of range takes its default; a payload that is no JSON
+// object is an error naming the report.
+TEST(AgentMessages, MalformedFieldsTakeTheirDefaults) {
+  auto d = decode_done("{\"code\":18446744073709551615,\"lost_contact_s\":99999999999}");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->code, 0);  // not 2^64 - 1 read as -1
+  EXPECT_EQ(d->lost_contact_s, 0);
+  auto f = decode_failed("{\"rank\":\"0\",\"status\":1.5}");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, -1);
+  EXPECT_EQ(f->status, 1 << 8);
+  auto t = decode_stdin_taken("{\"bytes\":\"many\",\"closed\":1}");
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->closed);
+  EXPECT_EQ(t->bytes, 0u);
+  auto se = decode_setup_error("{\"kind\":99999,\"message\":[]}");
+  ASSERT_TRUE(se);
+  EXPECT_EQ(se->kind, ErrorKind::kUnspecified);
+  EXPECT_EQ(se->message, "setup failed");
+  EXPECT_EQ(se->code, 3);
+  auto bad = decode_exited("[1]");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "bad exited rank report from the agent: not a JSON object");
+  EXPECT_FALSE(decode_slurm_signal("{\"signal\":"));
+  EXPECT_FALSE(decode_slurm_signal("{\"signal\":1e400}"));  // no JSON number nlohmann takes
+  EXPECT_FALSE(agentwire::decode_signal(""));
+  EXPECT_FALSE(agentwire::decode_signal("ab"));
+}
+
+}  // namespace
+}  // namespace hvdrun

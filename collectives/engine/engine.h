@@ -1,6 +1,6 @@
 // The asynchronous collective engine: one background thread per process that matches
 // named requests across ranks, runs them in one order everywhere, fuses small allreduces
-// and keeps the agreed responses in a cache. collectives/engine.cc explains the protocol.
+// and keeps the agreed responses in a cache. collectives/engine/engine.cc explains the protocol.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/engine/spec.h"
 #include "common/result.h"
 #include "hvdrun/hvdrun.h"
 
@@ -25,40 +26,7 @@ namespace hvdrun {
 class Ring;
 class GpuCollectives;
 class Timeline;
-struct CycleMessage;  // one rank's part of a negotiation cycle (engine.cc)
-
-enum class OpKind : uint8_t {
-  kAllreduce = 1,  // also grouped: several tensors under one name
-  kBroadcast = 2,
-  kAllgatherv = 3,
-  kAlltoall = 4,
-  kReducescatter = 5,
-  kBarrier = 6,
-  kJoin = 7,
-};
-const char* op_kind_name(OpKind k);
-
-// What a rank announces for a name: every field must agree across ranks except the
-// per-rank ones (allgatherv's rows, alltoall's rows and splits).
-struct Spec {
-  std::string name;
-  OpKind kind = OpKind::kAllreduce;
-  uint8_t dtype = HVD_FLOAT32, op = HVD_OP_SUM;
-  int32_t root = -1;
-  double prescale = 1, postscale = 1;
-  bool device = false;
-  std::vector<uint64_t> counts;  // elements per tensor; rows for the row-shaped kinds
-  uint64_t row_elems = 0;
-  std::vector<uint64_t> splits;  // alltoall: rows to each rank
-  // A grouped allreduce of several dtypes: each tensor's (empty: every tensor is `dtype`).
-  // Such a group is neither eager nor fused: each tensor runs on the ring in its dtype.
-  std::vector<uint8_t> dtypes;
-  hvd_dtype_t dtype_at(size_t k) const { return static_cast<hvd_dtype_t>(dtypes.empty() ? dtype : dtypes[k]); }
-  // Stands for a submission that its rank refused (the name was pending there): whatever
-  // the other ranks pair with it fails too (Engine::submit).
-  bool refused = false;
-  bool same_as(const Spec& o) const;  // every agreed field
-};
+struct CycleMessage;  // one rank's part of a negotiation cycle (cycle_message.h)
 
 struct TensorArg {
   const void* send = nullptr;

@@ -27,7 +27,7 @@
 // same order, so ids agree. A rank that submits a cached name with a different spec
 // announces it in full and as invalid; every rank then drops it, and ranks that had sent
 // its bit announce it again in full, so the mismatch is found by the full comparison.
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 
 #include <poll.h>
 #include <linux/futex.h>
@@ -45,6 +45,7 @@
 #include <string_view>
 
 #include "collectives/dtype.h"
+#include "collectives/engine/cycle_message.h"
 #include "collectives/gpu.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring.h"
@@ -52,212 +53,10 @@
 
 namespace hvdrun {
 
-const char* op_kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::kAllreduce: return "allreduce";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kAllgatherv: return "allgather";
-    case OpKind::kAlltoall: return "alltoall";
-    case OpKind::kReducescatter: return "reducescatter";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kJoin: return "join";
-  }
-  return "?";
-}
-
 namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-bool per_rank_rows(OpKind k) { return k == OpKind::kAllgatherv || k == OpKind::kAlltoall; }
-bool cacheable(OpKind k) {
-  return k == OpKind::kAllreduce || k == OpKind::kBroadcast || k == OpKind::kReducescatter;
-}
-
-// Little-endian byte writer/reader for the cycle messages.
-struct Writer {
-  std::string& out;
-  template <class T>
-  void put(T v) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void str(const std::string& s) {
-    put<uint32_t>(static_cast<uint32_t>(s.size()));
-    out += s;
-  }
-  void u64s(const std::vector<uint64_t>& v) {
-    put<uint32_t>(static_cast<uint32_t>(v.size()));
-    for (auto x : v) put(x);
-  }
-};
-
-struct Reader {
-  const std::string& in;
-  size_t pos = 0;
-  bool ok = true;
-  template <class T>
-  T get() {
-    T v{};
-    if (pos + sizeof v > in.size()) {
-      ok = false;
-      return v;
-    }
-    std::memcpy(&v, in.data() + pos, sizeof v);
-    pos += sizeof v;
-    return v;
-  }
-  std::string str() {
-    uint32_t n = get<uint32_t>();
-    if (!ok || pos + n > in.size()) {
-      ok = false;
-      return {};
-    }
-    std::string s = in.substr(pos, n);
-    pos += n;
-    return s;
-  }
-  // In place: valid while `in` lives.
-  std::string_view view(size_t n) {
-    if (!ok || pos + n > in.size()) {
-      ok = false;
-      return {};
-    }
-    std::string_view s(in.data() + pos, n);
-    pos += n;
-    return s;
-  }
-  void align(size_t a) { pos = std::min(in.size(), (pos + a - 1) / a * a); }
-  std::vector<uint64_t> u64s() {
-    std::vector<uint64_t> v;
-    u64s(&v);
-    return v;
-  }
-  void u64s(std::vector<uint64_t>* v) {
-    v->clear();
-    uint32_t n = get<uint32_t>();
-    if (!ok || pos + 8ull * n > in.size()) {
-      ok = false;
-      return;
-    }
-    v->resize(n);
-    for (auto& x : *v) x = get<uint64_t>();
-  }
-};
-
-void put_spec(Writer& w, const Spec& s) {
-  w.str(s.name);
-  w.put<uint8_t>(static_cast<uint8_t>(s.kind));
-  w.put<uint8_t>(s.dtype);
-  w.put<uint8_t>(s.op);
-  w.put<uint8_t>(static_cast<uint8_t>((s.device ? 1 : 0) | (s.refused ? 2 : 0)));
-  w.put<int32_t>(s.root);
-  w.put<double>(s.prescale);
-  w.put<double>(s.postscale);
-  w.u64s(s.counts);
-  w.put<uint64_t>(s.row_elems);
-  w.u64s(s.splits);
-  w.put<uint32_t>(static_cast<uint32_t>(s.dtypes.size()));
-  w.out.append(reinterpret_cast<const char*>(s.dtypes.data()), s.dtypes.size());
-}
-
-Spec get_spec(Reader& r) {
-  Spec s;
-  s.name = r.str();
-  s.kind = static_cast<OpKind>(r.get<uint8_t>());
-  s.dtype = r.get<uint8_t>();
-  s.op = r.get<uint8_t>();
-  const uint8_t flags = r.get<uint8_t>();
-  s.device = flags & 1;
-  s.refused = flags & 2;
-  s.root = r.get<int32_t>();
-  s.prescale = r.get<double>();
-  s.postscale = r.get<double>();
-  s.counts = r.u64s();
-  s.row_elems = r.get<uint64_t>();
-  s.splits = r.u64s();
-  auto dtypes = r.view(r.get<uint32_t>());
-  s.dtypes.assign(dtypes.begin(), dtypes.end());
-  return s;
-}
-
-constexpr uint8_t kFlagJoined = 1, kFlagLeaving = 2;
-
-
-// Small host allreduces travel with the negotiation itself: a rank appends the data
-// (prescaled) of each pending cached host allreduce, in cache-id order, and of each host
-// allreduce it announces in full, in announcement order, while what every other rank receives
-// stays within EngineOptions::eager_bytes per tensor and 4 times that in all ((n - 1) times
-// the data: beyond that the ring allreduce moves fewer bytes). When every rank has sent a
-// name's bit and its data (or its spec and data, in the same cycle), every rank reduces the
-// contributions in rank order and is done: one exchange instead of negotiation plus
-// transfer, and bitwise the same result everywhere.
-
-// A rank announces a name at most once (submit refuses a name pending twice): a message
-// that names one twice is corrupt (its eager data would not match the specs).
-bool names_unique(const std::vector<Spec>& specs) {
-  if (specs.size() < 2) return true;
-  std::vector<std::string_view> names;
-  names.reserve(specs.size());
-  for (auto& s : specs) names.push_back(s.name);
-  std::sort(names.begin(), names.end());
-  return std::adjacent_find(names.begin(), names.end()) == names.end();
-}
-
-// A group of several dtypes names one per tensor.
-bool dtypes_per_tensor(const std::vector<Spec>& specs) {
-  return std::all_of(specs.begin(), specs.end(),
-                     [](const Spec& s) { return s.dtypes.empty() || s.dtypes.size() == s.counts.size(); });
-}
-
-bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }
-
-// dst[i] = src[i] * mul / div (src null: zeros). Integer dtypes are only copied (their
-// scales are 1, checked at submit).
-void scale_copy(void* dst, const void* src, size_t count, hvd_dtype_t t, double mul, double div) {
-  const size_t bytes = count * dtype_size(t);
-  if (!src) {
-    std::memset(dst, 0, bytes);
-    return;
-  }
-  if (mul == 1 && div == 1) {
-    if (dst != src) std::memmove(dst, src, bytes);
-    return;
-  }
-  switch (t) {
-    case HVD_FLOAT32: {
-      const float m = static_cast<float>(mul), d = static_cast<float>(div);
-      auto* o = static_cast<float*>(dst);
-      auto* i = static_cast<const float*>(src);
-      if (div == 1)
-        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m;
-      else
-        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m / d;
-      return;
-    }
-    case HVD_FLOAT64: {
-      auto* o = static_cast<double*>(dst);
-      auto* i = static_cast<const double*>(src);
-      for (size_t k = 0; k < count; ++k) o[k] = i[k] * mul / div;
-      return;
-    }
-    case HVD_FLOAT16: {
-      auto* o = static_cast<uint16_t*>(dst);
-      auto* i = static_cast<const uint16_t*>(src);
-      for (size_t k = 0; k < count; ++k)
-        o[k] = float_to_half(static_cast<float>(half_to_float(i[k]) * mul / div));
-      return;
-    }
-    case HVD_BFLOAT16: {
-      auto* o = static_cast<uint16_t*>(dst);
-      auto* i = static_cast<const uint16_t*>(src);
-      for (size_t k = 0; k < count; ++k) o[k] = float_to_bf16(static_cast<float>(bf16_to_float(i[k]) * mul / div));
-      return;
-    }
-    default:
-      if (dst != src) std::memmove(dst, src, bytes);
-  }
 }
 
 std::string fmt_double(double v) {
@@ -283,23 +82,6 @@ std::string join_u64(const std::vector<uint64_t>& v) {
 }
 
 }  // namespace
-
-struct CycleMessage {
-  uint8_t flags = 0;
-  std::vector<uint64_t> bits;
-  std::vector<std::string> invalid;
-  std::vector<Spec> specs;
-  // The data of small host allreduces, cached ones (eager_layout) then those announced in
-  // full (place_eager), in place in the received message, 8-byte aligned within it (the
-  // message's own buffer is malloc-aligned).
-  std::string_view eager;
-};
-
-bool Spec::same_as(const Spec& o) const {
-  return name == o.name && kind == o.kind && dtype == o.dtype && op == o.op && root == o.root &&
-         prescale == o.prescale && postscale == o.postscale && device == o.device && counts == o.counts &&
-         row_elems == o.row_elems && splits == o.splits && dtypes == o.dtypes;
-}
 
 struct Engine::Op {
   hvd_handle_t handle = 0;
@@ -747,23 +529,13 @@ void Engine::build_message(std::string* out) {
     for (auto& [name, op] : local_)
       if (op->state == Op::kCached) {
         size_t id = static_cast<size_t>(op->cache_id);
-        if (m.bits.size() <= id / 64) m.bits.resize(id / 64 + 1, 0);
-        m.bits[id / 64] |= uint64_t{1} << (id % 64);
+        set_bit(&m.bits, id);
       }
   }
   m.invalid.swap(invalidate_);
   // The header is written apart and copied in front of the eager data: `out` keeps its size
   // from the last cycle, so that the eager section (the same size in steady state) is not
   // zero-filled before it is overwritten.
-  std::string& head = head_scratch_;
-  head.clear();
-  Writer w{head};
-  w.put<uint8_t>(m.flags);
-  w.u64s(m.bits);
-  w.put<uint32_t>(static_cast<uint32_t>(m.invalid.size()));
-  for (auto& n : m.invalid) w.str(n);
-  w.put<uint32_t>(static_cast<uint32_t>(m.specs.size()));
-  for (auto& s : m.specs) put_spec(w, s);
   // The eager data goes straight into the message (8-byte aligned in it), prescaled: the
   // cached requests' (eager_layout), then those announced in full, in their order.
   const EagerLayout* layout = opts_.size > 1 ? &eager_layout(m.bits) : nullptr;
@@ -772,8 +544,10 @@ void Engine::build_message(std::string* out) {
   std::vector<std::pair<size_t, Op*>> full_at;
   for (size_t i = 0; i < m.specs.size(); ++i)
     if (size_t at = place_eager(m.specs[i], &total); at != EagerLayout::kNotEager) full_at.emplace_back(at, full_ops[i]);
-  w.put<uint32_t>(static_cast<uint32_t>(total));
-  const size_t base = (Ring::kFrameBytes + head.size() + 7) / 8 * 8;  // room for allgather_bytes' length first
+  std::string& head = head_scratch_;
+  head.clear();
+  encode_header(m, static_cast<uint32_t>(total), &head);
+  const size_t base = eager_start(Ring::kFrameBytes + head.size());  // room for allgather_bytes' length first
   out->resize(base + total);
   std::memset(out->data(), 0, Ring::kFrameBytes);
   std::memcpy(out->data() + Ring::kFrameBytes, head.data(), head.size());
@@ -916,25 +690,10 @@ Status Engine::process(const std::vector<std::string>& raw) {
   const int n = opts_.size;
   std::vector<CycleMessage>& msgs = cycle_parsed_;  // reused: their vectors keep their capacity
   msgs.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    Reader rd{raw[r]};
-    rd.pos = Ring::kFrameBytes;
-    CycleMessage& m = msgs[r];
-    m.invalid.clear();
-    m.specs.clear();
-    m.flags = rd.get<uint8_t>();
-    rd.u64s(&m.bits);
-    uint32_t ni = rd.get<uint32_t>();
-    for (uint32_t i = 0; i < ni && rd.ok; ++i) m.invalid.push_back(rd.str());
-    uint32_t ns = rd.get<uint32_t>();
-    for (uint32_t i = 0; i < ns && rd.ok; ++i) m.specs.push_back(get_spec(rd));
-    uint32_t eager_bytes = rd.get<uint32_t>();
-    rd.align(8);
-    m.eager = rd.view(eager_bytes);
-    if (!rd.ok || rd.pos != raw[r].size() || !names_unique(m.specs) || !dtypes_per_tensor(m.specs))
+  for (int r = 0; r < n; ++r)
+    if (!decode_message(raw[r], Ring::kFrameBytes, &msgs[r]))
       return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
                    HVD_ERR_INTERNAL};
-  }
   // Where each rank's eager data lies: from the cache as it was when the messages were
   // built. In steady state every rank sends the same bits: one (kept) layout for all.
   std::vector<const EagerLayout*>& eager_at = eager_at_;

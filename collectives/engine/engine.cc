@@ -40,12 +40,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <optional>
-#include <set>
 #include <string_view>
 
 #include "collectives/dtype.h"
 #include "collectives/engine/cycle_message.h"
+#include "collectives/engine/pending_op.h"
 #include "collectives/gpu.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring.h"
@@ -59,68 +58,20 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string fmt_double(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
+// Bounded so that a message's eager section (at most 4 times it) keeps to its 32-bit length.
+EngineOptions bounded(EngineOptions o) {
+  o.eager_bytes = std::min<size_t>(o.eager_bytes, size_t{1} << 28);
+  return o;
 }
-
-// A spec's dtype for a mismatch report: "float32", or "float32,float64" for a group of
-// several; `vs_several`: "float32 (every tensor)" for a group of one, against such a group.
-std::string dtypes_label(const Spec& s, bool vs_several) {
-  if (s.dtypes.empty())
-    return std::string(dtype_name(static_cast<hvd_dtype_t>(s.dtype))) + (vs_several ? " (every tensor)" : "");
-  std::string out;
-  for (size_t k = 0; k < s.dtypes.size(); ++k) out += (k ? "," : "") + std::string(dtype_name(s.dtype_at(k)));
-  return out;
-}
-
-std::string join_u64(const std::vector<uint64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 }  // namespace
 
-struct Engine::Op {
-  hvd_handle_t handle = 0;
-  Request req;
-  std::atomic<bool> done{false};  // set under mu_ after status; read without it too
-  Status status;
-  enum State { kQueued, kFull, kCached, kReannounce } state = kQueued;
-  int cache_id = -1;
-  std::vector<size_t> rows_per_rank;
-  std::vector<char> output;  // kept output (allgatherv, alltoall without a recv buffer)
-  int join_last = -1;
-  double submitted = 0;
-};
-
-struct Engine::Entry {
-  uint64_t seq = 0;
-  double first = 0;
-  std::vector<std::optional<Spec>> per_rank;
-};
-
-struct Engine::CacheSlot {
-  int id = -1;
-  Spec spec;
-  uint64_t lru = 0;
-};
-
-struct Engine::Response {
-  std::string name;
-  Spec spec;
-  std::vector<Spec> per_rank;  // row-shaped kinds: every rank's spec
-  Status status;
-  bool from_cache = false;
-};
-
-Engine::Engine(Ring* ring, EngineOptions opts) : ring_(ring), opts_(std::move(opts)) {
-  // Bounded so that a message's eager section (at most 4 times it) keeps to its 32-bit length.
-  opts_.eager_bytes = std::min<size_t>(opts_.eager_bytes, size_t{1} << 28);
+Engine::Engine(Ring* ring, EngineOptions opts)
+    : ring_(ring),
+      opts_(bounded(std::move(opts))),
+      cache_(opts_.cache_capacity),
+      negotiation_(opts_.size, &cache_),
+      eager_(opts_.eager_bytes, opts_.size) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  joined_.assign(opts_.size, false);
   thread_ = std::thread([this] { background(); });
 }
 
@@ -369,7 +320,7 @@ void Engine::background() {
       std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
       if (!d.owns_lock()) continue;  // a waiter (want_drive_ > 0) or stop() has it
       drive([this] { return quit_.load() || want_drive_.load() > 0; }, false);
-      pending = !table_.empty();  // the driver's state: read under drive_mu_
+      pending = !negotiation_.table().empty();  // the driver's state: read under drive_mu_
     }
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -476,23 +427,21 @@ void Engine::drive(const std::function<bool()>& stop_when, bool block) {
   }
 }
 
-void Engine::build_message(std::string* out) {
-  CycleMessage m;
-  m.bits.swap(bits_scratch_);  // (its capacity, from cycle to cycle)
-  m.bits.clear();
+// The requests submitted since the last message: by their cache bit when the cache holds
+// their spec, else in full (with the specs to announce again, whose cached response was
+// dropped). *full_ops: whose specs go in full, as m->specs.
+void Engine::collect_requests(CycleMessage* m, std::vector<Op*>* full_ops) {
   std::vector<std::shared_ptr<Op>>& fresh = fresh_scratch_;  // swapped with queue_: both keep a capacity
   fresh.clear();
-  bool leaving;
-  std::vector<Op*> full_ops;  // whose specs go in full, as m.specs
   {
     std::lock_guard<std::mutex> lk(mu_);
     fresh.swap(queue_);
-    leaving = stopping_;
+    if (stopping_) m->flags |= kFlagLeaving;
     for (auto& [name, op] : local_)
       if (op->state == Op::kReannounce) {
         op->state = Op::kFull;
-        m.specs.push_back(op->req.spec);
-        full_ops.push_back(op.get());
+        m->specs.push_back(op->req.spec);
+        full_ops->push_back(op.get());
       }
   }
   for (auto& op : fresh) {
@@ -502,48 +451,71 @@ void Engine::build_message(std::string* out) {
       op->state = Op::kFull;
       continue;
     }
-    auto it = cache_.find(s.name);
-    if (it != cache_.end() && !s.refused && it->second.spec.same_as(s)) {
+    const ResponseCache::Slot* slot = cache_.find(s.name);
+    if (slot && !s.refused && slot->spec.same_as(s)) {
       op->state = Op::kCached;
-      op->cache_id = it->second.id;
+      op->cache_id = slot->id;
     } else {
-      if (it != cache_.end()) invalidate_.push_back(s.name);
+      if (slot) invalidate_.push_back(s.name);
       op->state = Op::kFull;
-      m.specs.push_back(s);
-      full_ops.push_back(op.get());
+      m->specs.push_back(s);
+      full_ops->push_back(op.get());
     }
-    if (opts_.timeline) {
-      opts_.timeline->phase(s.name, std::string("NEGOTIATE_") + op_kind_name(s.kind));
-    }
+    if (opts_.timeline) opts_.timeline->phase(s.name, std::string("NEGOTIATE_") + op_kind_name(s.kind));
   }
-  if (join_op_) m.flags |= kFlagJoined;
-  if (leaving) m.flags |= kFlagLeaving;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    // What the peers know of ours after this message: requests submitted after the swap
-    // above are still kQueued and do not count (see last_cycle_idle_).
-    announced_ = join_op_ != nullptr;
-    completions_at_message_ = completions_;
-    for (auto& [name, op] : local_)
-      if (op->state != Op::kQueued) announced_ = true;
-    for (auto& [name, op] : local_)
-      if (op->state == Op::kCached) {
-        size_t id = static_cast<size_t>(op->cache_id);
-        set_bit(&m.bits, id);
-      }
+  if (join_op_) m->flags |= kFlagJoined;
+}
+
+// What the peers know of ours after this message (requests submitted after collect_requests
+// are still kQueued and do not count: see last_cycle_idle_), and the cached requests' bits.
+void Engine::mark_announced(CycleMessage* m) {
+  std::lock_guard<std::mutex> lk(mu_);
+  announced_ = join_op_ != nullptr;
+  completions_at_message_ = completions_;
+  for (auto& [name, op] : local_) {
+    if (op->state != Op::kQueued) announced_ = true;
+    if (op->state == Op::kCached) set_bit(&m->bits, static_cast<size_t>(op->cache_id));
   }
+}
+
+void Engine::build_message(std::string* out) {
+  CycleMessage m;
+  m.bits.swap(bits_scratch_);  // (its capacity, from cycle to cycle)
+  m.bits.clear();
+  std::vector<Op*> full_ops;
+  collect_requests(&m, &full_ops);
+  mark_announced(&m);
   m.invalid.swap(invalidate_);
-  // The header is written apart and copied in front of the eager data: `out` keeps its size
-  // from the last cycle, so that the eager section (the same size in steady state) is not
-  // zero-filled before it is overwritten.
-  // The eager data goes straight into the message (8-byte aligned in it), prescaled: the
-  // cached requests' (eager_layout), then those announced in full, in their order.
-  const EagerLayout* layout = opts_.size > 1 ? &eager_layout(m.bits) : nullptr;
+  write_message(m, full_ops, out);
+  fresh_scratch_.clear();  // (the ops are held by local_ and ops_; the vector keeps its capacity)
+  bits_scratch_.swap(m.bits);
+}
+
+namespace {
+// A request's tensors, prescaled, one after another from `at`.
+void copy_eager(const PendingOp& op, char* at) {
+  const Spec& sp = op.req.spec;
+  const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
+  for (size_t k = 0; k < sp.counts.size(); ++k) {
+    scale_copy(at, op.req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
+    at += sp.counts[k] * dtype_size(dt);
+  }
+}
+}  // namespace
+
+// The message, framed for allgather_bytes: the header, then the eager data (8-byte aligned in
+// it, prescaled): the cached requests' (EagerPlan::layout), then those announced in full, in
+// their order.
+void Engine::write_message(const CycleMessage& m, const std::vector<Op*>& full_ops, std::string* out) {
+  const EagerLayout* layout = opts_.size > 1 ? &eager_.layout(m.bits, cache_) : nullptr;
   const size_t cached_total = layout ? layout->total : 0;
   size_t total = cached_total;
   std::vector<std::pair<size_t, Op*>> full_at;
   for (size_t i = 0; i < m.specs.size(); ++i)
-    if (size_t at = place_eager(m.specs[i], &total); at != EagerLayout::kNotEager) full_at.emplace_back(at, full_ops[i]);
+    if (size_t at = eager_.place(m.specs[i], &total); at != EagerLayout::kNotEager) full_at.emplace_back(at, full_ops[i]);
+  // The header is written apart and copied in front of the eager data: `out` keeps its size
+  // from the last cycle, so that the eager section (the same size in steady state) is not
+  // zero-filled before it is overwritten.
   std::string& head = head_scratch_;
   head.clear();
   encode_header(m, static_cast<uint32_t>(total), &head);
@@ -553,69 +525,16 @@ void Engine::build_message(std::string* out) {
   std::memcpy(out->data() + Ring::kFrameBytes, head.data(), head.size());
   std::memset(out->data() + Ring::kFrameBytes + head.size(), 0, base - Ring::kFrameBytes - head.size());
   // Every tensor's place is written below; the alignment gaps between them are never read.
-  auto copy_in = [&](const Op& op, size_t off) {
-    const Spec& sp = op.req.spec;
-    const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
-    for (size_t k = 0; k < sp.counts.size(); ++k) {
-      scale_copy(out->data() + off, op.req.tensors[k].send, sp.counts[k], dt, sp.prescale, 1);
-      off += sp.counts[k] * dtype_size(dt);
-    }
-  };
-  for (auto& [at, op] : full_at) copy_in(*op, base + at);
+  char* data = out->data() + base;
+  for (auto& [at, op] : full_at) copy_eager(*op, data + at);
   if (cached_total) {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& [name, op] : local_) {
       if (op->state != Op::kCached) continue;
       size_t at = layout->offset(static_cast<size_t>(op->cache_id));
-      if (at != EagerLayout::kNotEager) copy_in(*op, base + at);
+      if (at != EagerLayout::kNotEager) copy_eager(*op, data + at);
     }
   }
-  fresh.clear();  // (the ops are held by local_ and ops_; the vector keeps its capacity)
-  bits_scratch_.swap(m.bits);
-}
-
-size_t Engine::place_eager(const Spec& sp, size_t* end) const {
-  const size_t limit = opts_.eager_bytes;
-  if (sp.kind != OpKind::kAllreduce || sp.device || sp.refused || !sp.dtypes.empty() || opts_.size < 2 || limit == 0)
-    return EagerLayout::kNotEager;
-  // Every rank receives the others' copies: (n - 1) times the bytes, against the ring
-  // allreduce's 2 (n - 1) / n (in more steps). The limits bound what each rank receives.
-  const size_t others = static_cast<size_t>(opts_.size - 1);
-  const size_t es = dtype_size(static_cast<hvd_dtype_t>(sp.dtype));
-  size_t bytes = 0;
-  for (auto c : sp.counts) {
-    if (c > limit) return EagerLayout::kNotEager;
-    bytes += c * es;
-  }
-  size_t at = (*end + 7) & ~size_t{7};  // each tensor's data 8-byte aligned for the reduction
-  if (bytes == 0 || bytes * others > limit || (at + bytes) * others > 4 * limit) return EagerLayout::kNotEager;
-  *end = at + bytes;
-  return at;
-}
-
-void Engine::compute_eager_layout(const std::vector<uint64_t>& bits, EagerLayout* out) const {
-  out->bits = bits;
-  out->cache_epoch = cache_epoch_;
-  out->at.clear();
-  size_t total = 0;
-  for (size_t w = 0; w < bits.size(); ++w)
-    for (uint64_t word = bits[w]; word; word &= word - 1) {
-      const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
-      if (id >= cache_ids_.size() || cache_ids_[id].empty()) continue;
-      size_t at = place_eager(cache_.at(cache_ids_[id]).spec, &total);
-      if (at != EagerLayout::kNotEager) out->at.emplace_back(id, at);
-    }
-  out->total = total;
-}
-
-size_t Engine::EagerLayout::offset(size_t id) const {
-  auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(id, size_t{0}));
-  return it != at.end() && it->first == id ? it->second : kNotEager;
-}
-
-const Engine::EagerLayout& Engine::eager_layout(const std::vector<uint64_t>& bits) {
-  if (!eager_memo_.holds(bits, cache_epoch_)) compute_eager_layout(bits, &eager_memo_);
-  return eager_memo_;
 }
 
 Status Engine::cycle() {
@@ -631,53 +550,6 @@ Status Engine::cycle() {
   return process(all);
 }
 
-std::string Engine::describe_mismatch(const std::string& name, const std::vector<const Spec*>& specs) {
-  // For the first field that differs: each value with the ranks that gave it.
-  struct Field {
-    const char* what;
-    std::function<std::string(const Spec&)> get;
-  };
-  const Spec* base = nullptr;
-  for (auto* s : specs)
-    if (s) {
-      base = s;
-      break;
-    }
-  const bool several = std::any_of(specs.begin(), specs.end(), [](const Spec* s) { return s && !s->dtypes.empty(); });
-  std::vector<Field> fields = {
-      {"operation", [](const Spec& s) { return std::string(op_kind_name(s.kind)); }},
-      {"memory", [](const Spec& s) { return std::string(s.device ? "device" : "host"); }},
-      {"dtype", [several](const Spec& s) { return dtypes_label(s, several); }},
-      {"reduction op", [](const Spec& s) { return std::string(op_name(static_cast<hvd_op_t>(s.op))); }},
-      {"root rank", [](const Spec& s) { return std::to_string(s.root); }},
-      {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
-      {"postscale factor", [](const Spec& s) { return fmt_double(s.postscale); }},
-      {"number of tensors", [](const Spec& s) { return std::to_string(s.counts.size()); }},
-      {"elements per row", [](const Spec& s) { return std::to_string(s.row_elems); }},
-  };
-  if (base && !per_rank_rows(base->kind))
-    fields.push_back({base->kind == OpKind::kReducescatter ? "rows" : "count",
-                      [](const Spec& s) { return s.counts.size() == 1 ? std::to_string(s.counts[0]) : join_u64(s.counts); }});
-  for (auto& f : fields) {
-    std::vector<std::pair<std::string, std::vector<int>>> groups;
-    for (size_t r = 0; r < specs.size(); ++r) {
-      if (!specs[r]) continue;
-      std::string v = f.get(*specs[r]);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.first == v; });
-      if (g == groups.end()) groups.push_back({v, {static_cast<int>(r)}});
-      else g->second.push_back(static_cast<int>(r));
-    }
-    if (groups.size() < 2) continue;
-    std::string msg = std::string(op_kind_name(base->kind)) + " '" + name + "': mismatched " + f.what + ":";
-    for (size_t i = 0; i < groups.size(); ++i) {
-      msg += (i ? ";" : "") + std::string(" ") + groups[i].first + " on rank" + (groups[i].second.size() > 1 ? "s " : " ");
-      for (size_t k = 0; k < groups[i].second.size(); ++k) msg += (k ? "," : "") + std::to_string(groups[i].second[k]);
-    }
-    return msg;
-  }
-  return "";
-}
-
 std::string Engine::oldest_pending_name() {
   std::lock_guard<std::mutex> lk(mu_);
   const Op* oldest = nullptr;
@@ -686,291 +558,134 @@ std::string Engine::oldest_pending_name() {
   return oldest ? oldest->req.spec.name : "";
 }
 
-Status Engine::process(const std::vector<std::string>& raw) {
-  const int n = opts_.size;
-  std::vector<CycleMessage>& msgs = cycle_parsed_;  // reused: their vectors keep their capacity
-  msgs.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    if (!decode_message(raw[r], Ring::kFrameBytes, &msgs[r]))
-      return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
-                   HVD_ERR_INTERNAL};
-  // Where each rank's eager data lies: from the cache as it was when the messages were
-  // built. In steady state every rank sends the same bits: one (kept) layout for all.
-  std::vector<const EagerLayout*>& eager_at = eager_at_;
-  eager_at.assign(static_cast<size_t>(n), nullptr);
-  std::vector<EagerLayout>& other_layouts = other_layouts_;  // eager_at points into it: reserved before use
-  other_layouts.clear();
-  for (int r = 0; r < n; ++r) {
-    if (msgs[r].eager.empty()) continue;
-    for (int q = 0; q < r && !eager_at[r]; ++q)
-      if (eager_at[q] && msgs[q].bits == msgs[r].bits) eager_at[r] = eager_at[q];
-    if (eager_at[r]) continue;
-    if (eager_memo_.holds(msgs[r].bits, cache_epoch_)) {
-      eager_at[r] = &eager_memo_;
+// A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
+Status Engine::check_leaving(const std::vector<CycleMessage>& msgs) {
+  for (int r = 0; r < opts_.size; ++r) {
+    if (!(msgs[r].flags & kFlagLeaving)) continue;
+    std::string host = r < static_cast<int>(opts_.hosts.size()) ? " (host " + opts_.hosts[r] + ")" : "";
+    if (r == opts_.rank) return Error{"hvd_shutdown was called with this operation pending", HVD_ERR_PEER};
+    std::string who = "rank " + std::to_string(r) + host;
+    // This rank still waits on the one that left: that rank is the job's failure (it
+    // submitted fewer collectives than this one), whatever this rank then does.
+    if (std::string pending = oldest_pending_name(); !pending.empty()) {
+      if (opts_.on_fatal)
+        opts_.on_fatal(who + " called hvd_shutdown while this rank still waited on it in '" + pending + "' (rank " +
+                       std::to_string(r) + " submitted fewer collectives than this rank)");
     } else {
-      if (other_layouts.empty()) other_layouts.reserve(static_cast<size_t>(n));
-      compute_eager_layout(msgs[r].bits, &other_layouts.emplace_back());
-      eager_at[r] = &other_layouts.back();
-    }
-  }
-  // The data of requests announced in full, after the cached ones (as build_message put
-  // it): by name, each rank's (null where a rank sent none).
-  std::unordered_map<std::string, std::vector<const char*>> fresh_data;
-  for (int r = 0; r < n; ++r) {
-    if (!eager_at[r]) continue;
-    size_t end = eager_at[r]->total;
-    for (auto& sp : msgs[r].specs) {
-      size_t at = place_eager(sp, &end);
-      if (at == EagerLayout::kNotEager) continue;
-      auto& d = fresh_data[sp.name];
-      d.resize(n, nullptr);
-      d[r] = msgs[r].eager.data() + at;
-    }
-    if (end != msgs[r].eager.size())
-      return Error{"rank " + std::to_string(opts_.rank) + ": negotiation message from rank " + std::to_string(r) +
-                       " holds " + std::to_string(msgs[r].eager.size()) + " bytes of eager data, not " +
-                       std::to_string(end),
-                   HVD_ERR_INTERNAL};
-  }
-  // A rank that leaves (hvd_shutdown) ends the job's collectives for everyone.
-  for (int r = 0; r < n; ++r)
-    if (msgs[r].flags & kFlagLeaving) {
-      std::string host = r < static_cast<int>(opts_.hosts.size()) ? " (host " + opts_.hosts[r] + ")" : "";
-      if (r == opts_.rank) return Error{"hvd_shutdown was called with this operation pending", HVD_ERR_PEER};
-      std::string who = "rank " + std::to_string(r) + host;
-      // This rank still waits on the one that left: that rank is the job's failure (it
-      // submitted fewer collectives than this one), whatever this rank then does.
-      if (std::string pending = oldest_pending_name(); !pending.empty()) {
-        if (opts_.on_fatal)
-          opts_.on_fatal(who + " called hvd_shutdown while this rank still waited on it in '" + pending + "' (rank " +
-                         std::to_string(r) + " submitted fewer collectives than this rank)");
-      } else {
-        // Nothing pending here yet: the proof comes with this rank's next collective (submit).
-        std::lock_guard<std::mutex> lk(mu_);
-        peer_left_ = who;
-        peer_left_rank_ = r;
-      }
-      return Error{who + " called hvd_shutdown; collectives with it are over", HVD_ERR_PEER};
-    }
-  for (int r = 0; r < n; ++r)
-    if ((msgs[r].flags & kFlagJoined) && !joined_[r]) {
-      joined_[r] = true;
-      last_joined_ = r;
-    }
-  int active = 0;
-  for (int r = 0; r < n; ++r) active += joined_[r] ? 0 : 1;
-
-  auto drop_cached = [&](std::string name) {  // a copy: it may be the erased key itself
-    auto it = cache_.find(name);
-    if (it == cache_.end()) return;
-    cache_ids_[it->second.id].clear();
-    cache_.erase(it);
-    ++cache_epoch_;
-    std::lock_guard<std::mutex> lk(mu_);
-    auto l = local_.find(name);
-    if (l != local_.end() && l->second->state == Op::kCached) {
-      l->second->state = Op::kReannounce;
-      l->second->cache_id = -1;
-    }
-  };
-  // Invalidations first: their bits in this cycle mean nothing.
-  std::set<std::string> invalid;
-  for (auto& m : msgs)
-    for (auto& name : m.invalid) invalid.insert(name);
-  for (auto& name : invalid) {
-    if (cache_.count(name)) {
+      // Nothing pending here yet: the proof comes with this rank's next collective (submit).
       std::lock_guard<std::mutex> lk(mu_);
-      ++stats_.cache_invalidations;
+      peer_left_ = who;
+      peer_left_rank_ = r;
     }
-    drop_cached(name);
-  }
-
-  std::vector<Response> responses;
-  // Cached requests ready on every active rank, by id. Only the ids some active rank sent
-  // are looked at (a cache holds many idle names: they cost nothing here).
-  if (active > 0) {
-    auto sent_by_active = [&](size_t id) {
-      int sent = 0;
-      for (int r = 0; r < n; ++r) sent += !joined_[r] && bit(msgs[r].bits, id);
-      return sent;
-    };
-    // For the stall check: cached names some ranks have sent and others not. A name no
-    // rank sends any more is no longer partial.
-    for (auto it = cached_partial_.begin(); it != cached_partial_.end();) {
-      auto c = cache_.find(it->first);
-      if (c == cache_.end() || sent_by_active(static_cast<size_t>(c->second.id)) == 0)
-        it = cached_partial_.erase(it);
-      else
-        ++it;
-    }
-    size_t words = 0;
-    for (int r = 0; r < n; ++r)
-      if (!joined_[r]) words = std::max(words, msgs[r].bits.size());
-    for (size_t w = 0; w < words; ++w) {
-      uint64_t any = 0;
-      for (int r = 0; r < n; ++r)
-        if (!joined_[r] && w < msgs[r].bits.size()) any |= msgs[r].bits[w];
-      for (; any; any &= any - 1) {
-        const size_t id = w * 64 + static_cast<size_t>(__builtin_ctzll(any));
-        if (id >= cache_ids_.size() || cache_ids_[id].empty()) continue;
-        if (sent_by_active(id) < active) {
-          std::vector<int> missing;
-          for (int r = 0; r < n; ++r)
-            if (!joined_[r] && !bit(msgs[r].bits, id)) missing.push_back(r);
-          auto [it, fresh] = cached_partial_.try_emplace(cache_ids_[id]);
-          if (fresh) it->second.first = now_s();
-          it->second.second = std::move(missing);
-          continue;
-        }
-        if (!cached_partial_.empty()) cached_partial_.erase(cache_ids_[id]);
-        if (active == n && run_eager(id, msgs, eager_at)) continue;
-        Response resp;
-        resp.name = cache_ids_[id];
-        resp.spec = cache_.at(resp.name).spec;
-        resp.from_cache = true;
-        responses.push_back(std::move(resp));
-      }
-    }
-  }
-  // Full announcements into the table (with, for this cycle, where each rank's eager data is).
-  double t = now_s();
-  for (int r = 0; r < n; ++r)
-    for (const Spec& s : msgs[r].specs) {
-      auto [it, fresh] = table_.try_emplace(s.name);
-      if (fresh) {
-        it->second.seq = next_seq_++;
-        it->second.first = t;
-        it->second.per_rank.assign(n, std::nullopt);
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          ++stats_.cache_misses;
-        }
-      }
-      it->second.per_rank[r] = s;
-    }
-  // Table entries every active rank announced, in announcement order.
-  std::vector<std::pair<uint64_t, std::string>> ready;
-  if (active > 0)
-    for (auto& [name, e] : table_) {
-      bool all = true;
-      for (int r = 0; r < n && all; ++r)
-        if (!joined_[r] && !e.per_rank[r]) all = false;
-      if (all) ready.push_back({e.seq, name});
-    }
-  std::sort(ready.begin(), ready.end());
-  std::vector<Response> ran_eagerly;  // done in this loop; cached after the others
-  for (auto& [seq, name] : ready) {
-    Entry e = std::move(table_.at(name));
-    table_.erase(name);
-    Response resp;
-    resp.name = name;
-    std::vector<const Spec*> specs(n, nullptr);
-    for (int r = 0; r < n; ++r)
-      if (e.per_rank[r]) specs[r] = &*e.per_rank[r];
-    const Spec* base = nullptr;
-    for (auto* s : specs)
-      if (s && !base) base = s;
-    resp.spec = *base;
-    std::string refusers;
-    for (int r = 0; r < n; ++r)
-      if (specs[r] && specs[r]->refused) refusers += (refusers.empty() ? "" : ",") + std::to_string(r);
-    std::string mismatch = refusers.empty() ? describe_mismatch(name, specs) : "";
-    if (!refusers.empty()) {
-      resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name + "': refused on rank" +
-                              (refusers.find(',') == std::string::npos ? " " : "s ") + refusers +
-                              ", where it was submitted again while pending (names must be unique among pending "
-                              "operations; the k-th submission of a name pairs with the k-th on every rank)",
-                          HVD_ERR_INVALID_ARGUMENT};
-    } else if (!mismatch.empty()) {
-      resp.status = Error{mismatch, HVD_ERR_MISMATCH};
-    } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {
-      std::string who;
-      for (int r = 0; r < n; ++r)
-        if (joined_[r]) who += (who.empty() ? "" : ",") + std::to_string(r);
-      resp.status = Error{std::string(op_kind_name(base->kind)) + " '" + name +
-                              "' is not supported while ranks have joined (joined: " + who + ")",
-                          HVD_ERR_INVALID_ARGUMENT};
-    } else if (auto f = fresh_data.find(name);
-               active == n && f != fresh_data.end() && std::find(f->second.begin(), f->second.end(), nullptr) == f->second.end()) {
-      // Every rank announced it in this cycle, with its data: done here, one exchange.
-      reduce_eagerly(name, *base, f->second);
-      ran_eagerly.push_back(std::move(resp));
-      continue;
-    } else if (per_rank_rows(base->kind)) {
-      for (int r = 0; r < n; ++r) {
-        if (!specs[r]) {  // a joined rank: nothing from it (refused above, kept for safety)
-          Spec z = *base;
-          z.counts = {0};
-          z.splits.assign(n, 0);
-          resp.per_rank.push_back(z);
-        } else {
-          resp.per_rank.push_back(*specs[r]);
-        }
-      }
-    }
-    responses.push_back(std::move(resp));
-  }
-  size_t from_cache = 0;
-  for (auto& r : responses) from_cache += r.from_cache ? 1 : 0;
-
-  execute(responses);
-  last_cycle_end_ = now_s();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stats_.cache_hits += from_cache;
-    // Idle means: nothing finished (negotiated or eager) although this rank had announced requests. A request that
-    // arrived during the cycle (still kQueued) does not make it idle: counting it would let
-    // both ranks hold new work waiting for the other's cycle for a whole cycle time.
-    last_cycle_idle_ = announced_ && completions_ == completions_at_message_;
-    if (broken_) return {};
-  }
-  // Cache what ran (every rank inserts in this order, so ids agree).
-  for (auto& r : ran_eagerly) responses.push_back(std::move(r));
-  if (opts_.cache_capacity > 0)
-    for (auto& r : responses) {
-      if (!r.status || !cacheable(r.spec.kind)) continue;
-      auto it = cache_.find(r.name);
-      if (it != cache_.end()) {
-        it->second.lru = ++lru_clock_;
-        continue;
-      }
-      if (cache_.size() >= opts_.cache_capacity) {
-        auto victim = std::min_element(cache_.begin(), cache_.end(),
-                                       [](auto& a, auto& b) { return a.second.lru < b.second.lru; });
-        drop_cached(victim->first);
-      }
-      int id = 0;
-      while (id < static_cast<int>(cache_ids_.size()) && !cache_ids_[id].empty()) ++id;
-      if (id == static_cast<int>(cache_ids_.size())) cache_ids_.emplace_back();
-      cache_ids_[id] = r.name;
-      cache_[r.name] = CacheSlot{id, r.spec, ++lru_clock_};
-      ++cache_epoch_;
-    }
-  // Join: done when every rank has joined.
-  if (active == 0) {
-    if (join_op_) {
-      join_op_->join_last = last_joined_;
-      complete("join", {});
-      join_op_.reset();
-    }
-    joined_.assign(n, false);
+    return Error{who + " called hvd_shutdown; collectives with it are over", HVD_ERR_PEER};
   }
   return {};
 }
 
-bool Engine::run_eager(size_t id, const std::vector<CycleMessage>& msgs, const std::vector<const EagerLayout*>& eager_at) {
-  const int n = opts_.size;
-  for (int r = 0; r < n; ++r)
-    if (!eager_at[r] || eager_at[r]->offset(id) == EagerLayout::kNotEager) return false;
-  const std::string& name = cache_ids_[id];  // (nothing below changes the cache's names)
-  CacheSlot& slot = cache_.at(name);
-  const Spec& sp = slot.spec;
-  slot.lru = ++lru_clock_;
-  std::vector<const char*>& data = eager_ptrs_;
-  data.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) data[r] = msgs[r].eager.data() + eager_at[r]->offset(id);
-  reduce_eagerly(name, sp, data, /*cache_hit=*/true);
-  return true;
+Status Engine::process(const std::vector<std::string>& raw) {
+  std::vector<CycleMessage>& msgs = cycle_parsed_;  // reused: their vectors keep their capacity
+  msgs.resize(static_cast<size_t>(opts_.size));
+  for (int r = 0; r < opts_.size; ++r)
+    if (!decode_message(raw[r], Ring::kFrameBytes, &msgs[r]))
+      return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
+                   HVD_ERR_INTERNAL};
+  // Where each rank's eager data lies: from the cache as it was when the messages were built.
+  if (auto s = eager_.locate(msgs, cache_, opts_.rank); !s) return s;
+  if (auto s = check_leaving(msgs); !s) return s;
+  NegotiationResult& out = negotiated_;
+  negotiation_.run(msgs, now_s(), &out);
+  apply_drops(out);
+  std::vector<Response> responses, ran_eagerly;  // ran_eagerly: done here; cached after the others
+  take_ready(msgs, out, &responses, &ran_eagerly);
+  size_t from_cache = 0;
+  for (auto& r : responses) from_cache += r.from_cache ? 1 : 0;
+  execute(responses);
+  if (!end_cycle(from_cache)) return {};
+  // Cache what ran (every rank inserts in this order, so ids agree).
+  for (auto& r : ran_eagerly) responses.push_back(std::move(r));
+  remember(responses);
+  if (out.active == 0) end_join();
+  return {};
+}
+
+// The cached names the negotiation dropped: their requests here go out again in full.
+void Engine::apply_drops(const NegotiationResult& out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.cache_invalidations += out.invalidations;
+  stats_.cache_misses += out.misses;
+  for (auto& name : out.dropped) reannounce(name);
+}
+
+// (mu_) A dropped cached name: its pending request here is announced again in full.
+void Engine::reannounce(const std::string& name) {
+  auto l = local_.find(name);
+  if (l != local_.end() && l->second->state == Op::kCached) {
+    l->second->state = Op::kReannounce;
+    l->second->cache_id = -1;
+  }
+}
+
+// The ready responses, cached first: those whose data every rank sent with its message
+// run here (eager), the others go to *responses for execute().
+void Engine::take_ready(const std::vector<CycleMessage>& msgs, NegotiationResult& out, std::vector<Response>* responses,
+                        std::vector<Response>* ran_eagerly) {
+  const bool all_active = out.active == opts_.size;
+  for (size_t id : out.cached) {
+    if (all_active && eager_.cached_data(id, msgs, &eager_ptrs_)) {
+      const ResponseCache::Slot& slot = cache_.use(id);
+      reduce_eagerly(*cache_.name_at(id), slot.spec, eager_ptrs_, /*cache_hit=*/true);
+      continue;
+    }
+    Response resp;
+    resp.name = *cache_.name_at(id);
+    resp.spec = *cache_.spec_at(id);
+    resp.from_cache = true;
+    responses->push_back(std::move(resp));
+  }
+  for (auto& r : out.responses) {
+    const std::vector<const char*>* data = all_active && r.status ? eager_.fresh_data(r.name) : nullptr;
+    if (data) {  // every rank announced it in this cycle, with its data: done here, one exchange
+      reduce_eagerly(r.name, r.spec, *data);
+      ran_eagerly->push_back(std::move(r));
+    } else {
+      responses->push_back(std::move(r));
+    }
+  }
+}
+
+// After the cycle's responses ran: false when the engine broke meanwhile.
+bool Engine::end_cycle(size_t from_cache) {
+  last_cycle_end_ = now_s();
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.cache_hits += from_cache;
+  // Idle means: nothing finished (negotiated or eager) although this rank had announced
+  // requests. A request that arrived during the cycle (still kQueued) does not make it idle:
+  // counting it would let both ranks hold new work waiting for the other's cycle for a whole
+  // cycle time.
+  last_cycle_idle_ = announced_ && completions_ == completions_at_message_;
+  return !broken_;
+}
+
+void Engine::remember(const std::vector<Response>& ran) {
+  std::string evicted;
+  for (auto& r : ran) {
+    if (!r.status || !cacheable(r.spec.kind)) continue;
+    cache_.put(r.name, r.spec, &evicted);
+    if (!evicted.empty()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      reannounce(evicted);
+    }
+  }
+}
+
+// Every rank has joined: the join is done.
+void Engine::end_join() {
+  if (join_op_) {
+    join_op_->join_last = negotiation_.last_joined();
+    complete("join", {});
+    join_op_.reset();
+  }
+  negotiation_.end_join();
 }
 
 void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
@@ -990,7 +705,7 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
   }
   if (!op) return;  // (every rank announced it, so this rank has it)
   if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
-  auto rop = static_cast<hvd_op_t>(sp.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : sp.op);
+  const hvd_op_t rop = wire_op(sp);
   const double div = sp.op == HVD_OP_AVERAGE ? n : 1;
   if (sp.counts.size() == 1 && sp.postscale == 1 && div == 1) {
     // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
@@ -1360,17 +1075,17 @@ void Engine::check_stall() {
   last_stall_check_ = t;
   std::map<int, std::vector<std::string>> missing;
   bool fatal = false, any = false;
-  for (auto& [name, e] : table_) {
+  for (auto& [name, e] : negotiation_.table()) {
     double age = t - e.first;
     if (age < opts_.stall_check_s) continue;
     any = true;
     if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
     for (int r = 0; r < opts_.size; ++r)
-      if (!e.per_rank[r] && !joined_[r]) missing[r].push_back(name);
+      if (!e.per_rank[r] && !negotiation_.joined(r)) missing[r].push_back(name);
   }
-  for (auto& [name, p] : cached_partial_) {
+  for (auto& [name, p] : negotiation_.cached_partial()) {
     double age = t - p.first;
-    if (age < opts_.stall_check_s || !cache_.count(name)) continue;
+    if (age < opts_.stall_check_s || !cache_.contains(name)) continue;
     any = true;
     if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
     for (int r : p.second) missing[r].push_back(name);

@@ -1,20 +1,21 @@
-// The collective engine.
+// The collective engine: the queue, the waits and the threads, and the cycle that ties the
+// parts in this folder together.
 //
 // Callers only queue requests (submit) and wait for them. Whichever thread holds
 // drive_mu_ runs *cycles*: the background thread when there is work and nobody waits, or a
 // thread blocked in wait() on an idle engine (so that a single call costs no hand-off
-// between threads). A cycle is one ring allgather of every rank's message:
-//
-//   flags (joined, leaving) | bit vector of pending cached requests | names whose cached
-//   response is invalid | full specs of the requests not announced before | eager data
-//   (small host allreduces, cached or announced in full: see place_eager)
+// between threads). A cycle is one ring allgather of every rank's message
+// (cycle_message.h: flags, the bits of pending cached requests, invalidated names, the
+// specs of new requests, eager data).
 //
 // Every rank processes the same messages in rank order, so every rank computes the same
 // table of announced names, the same cache, and the same list of responses, in the same
-// order, without a coordinator. A name is ready when every rank that has not joined has
-// announced it (in full, or by its cache bit). Cached responses (ordered by cache id) run
-// first, then the ones from the table in the order they were first announced. Consecutive
-// host allreduces of one dtype and reduction go through the fusion buffer together.
+// order, without a coordinator (negotiation.h). Small host allreduces whose data came with
+// the messages are reduced at once (eager.h, Executor::reduce_eager); the other responses
+// run cached ones first, consecutive host allreduces of one dtype and reduction through the
+// fusion buffer together (fusion.h), each other one on its own (executor.h). What ran is
+// kept in the response cache (response_cache.h); names some ranks are missing go to the
+// stall inspector (stall_inspector.h).
 //
 // Cycles start on events, not on a clock: a rank with new local requests starts one at
 // once, and the other ranks join it as its message arrives on their left socket (the
@@ -44,6 +45,8 @@
 
 #include "collectives/dtype.h"
 #include "collectives/engine/cycle_message.h"
+#include "collectives/engine/executor.h"
+#include "collectives/engine/fusion.h"
 #include "collectives/engine/pending_op.h"
 #include "collectives/gpu.h"
 #include "collectives/reduce_kernels.h"
@@ -70,7 +73,10 @@ Engine::Engine(Ring* ring, EngineOptions opts)
       opts_(bounded(std::move(opts))),
       cache_(opts_.cache_capacity),
       negotiation_(opts_.size, &cache_),
-      eager_(opts_.eager_bytes, opts_.size) {
+      eager_(opts_.eager_bytes, opts_.size),
+      executor_(ring, opts_.rank, opts_.size) {
+  if (opts_.stall_check_s > 0 && opts_.on_stall)
+    stall_.emplace(opts_.stall_check_s, opts_.stall_shutdown_s, opts_.rank);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   thread_ = std::thread([this] { background(); });
 }
@@ -690,11 +696,6 @@ void Engine::end_join() {
 
 void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
                             bool cache_hit) {
-  const int n = opts_.size;
-  const auto dt = static_cast<hvd_dtype_t>(sp.dtype);
-  const size_t es = dtype_size(dt);
-  size_t total = 0;
-  for (auto c : sp.counts) total += c;
   std::shared_ptr<Op> op;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -705,177 +706,77 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
   }
   if (!op) return;  // (every rank announced it, so this rank has it)
   if (opts_.timeline) opts_.timeline->phase(name, "ALLREDUCE");
-  const hvd_op_t rop = wire_op(sp);
-  const double div = sp.op == HVD_OP_AVERAGE ? n : 1;
-  if (sp.counts.size() == 1 && sp.postscale == 1 && div == 1) {
-    // One tensor, nothing to scale: reduce straight into the caller's buffer (its data
-    // went into this rank's message, so an in-place call loses nothing).
-    void* recv = op->req.tensors[0].recv;
-    if (n == 1)
-      std::memcpy(recv, data[0], total * es);
-    else
-      reduce_pair(recv, data[0], data[1], total, dt, rop);
-    for (int r = 2; r < n; ++r) reduce_into(recv, data[r], total, dt, rop);
-    complete(name, {});
-    return;
-  }
-  eager_acc_.assign(data[0], data[0] + total * es);
-  for (int r = 1; r < n; ++r) reduce_into(eager_acc_.data(), data[r], total, dt, rop);
-  size_t off = 0;
-  for (size_t k = 0; k < sp.counts.size(); ++k) {
-    scale_copy(op->req.tensors[k].recv, eager_acc_.data() + off, sp.counts[k], dt, sp.postscale, div);
-    off += sp.counts[k] * es;
-  }
+  executor_.reduce_eager(sp, data, *op);
   complete(name, {});
 }
 
+namespace {
+// A failure that ends the engine (the ring is gone), not just the operation.
+bool ends_engine(const Status& s, const Ring* ring) {
+  return !s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring->broken());
+}
+}  // namespace
+
 void Engine::execute(std::vector<Response>& responses) {
   if (responses.empty()) return;  // (a cycle whose requests all ran eagerly)
-  // Group fusable allreduces (same dtype and reduction, host memory) together, each group
-  // where its first member was: every rank reorders the same list the same way.
-  {
-    auto key = [](const Response& x) -> int {
-      if (!x.status || x.spec.kind != OpKind::kAllreduce || x.spec.device || !x.spec.dtypes.empty()) return -1;
-      int op = x.spec.op == HVD_OP_AVERAGE ? static_cast<int>(HVD_OP_SUM) : static_cast<int>(x.spec.op);
-      return x.spec.dtype * 8 + op;
-    };
-    std::vector<int> first_at(256, -1);
-    std::vector<std::pair<int, size_t>> order;
-    for (size_t i = 0; i < responses.size(); ++i) {
-      int k = key(responses[i]);
-      int pos = static_cast<int>(i);
-      if (k >= 0) {
-        if (first_at[k] < 0) first_at[k] = pos;
-        pos = first_at[k];
-      }
-      order.push_back({pos, i});
-    }
-    std::stable_sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    std::vector<Response> sorted;
-    sorted.reserve(responses.size());
-    for (auto& [pos, i] : order) sorted.push_back(std::move(responses[i]));
-    responses.swap(sorted);
-  }
-  const size_t nresp = responses.size();
+  group_fusable(&responses);
   size_t i = 0;
-  while (i < nresp) {
-    Response& r = responses[i];
-    if (!r.status) {
-      complete(r.name, r.status);
+  while (i < responses.size()) {
+    if (!responses[i].status) {
+      complete(responses[i].name, responses[i].status);
       ++i;
       continue;
     }
-    auto fusable = [&](const Response& x) {
-      return x.status && x.spec.kind == OpKind::kAllreduce && !x.spec.device && x.spec.dtypes.empty();
-    };
-    auto reduce_of = [](const Spec& s) { return s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op; };
-    auto bytes_of = [](const Spec& s) {
-      size_t b = 0;
-      for (auto c : s.counts) b += c * dtype_size(static_cast<hvd_dtype_t>(s.dtype));
-      return b;
-    };
-    // A tensor of 256 KiB or more goes alone, in place: its two copies through the fusion
-    // buffer cost more than its own call (hvdrun-engine-bench, ResNet-50's gradients on 2
-    // ranks: a step 1.07-1.14x of one fused call with 256 KiB, 1.29-1.30x with 1 MiB over
-    // shared memory; 1.06x against 1.14x over TCP).
-    constexpr size_t kFuseBelow = 256 << 10;
-    if (fusable(r) && opts_.fusion_bytes > 0 && bytes_of(r.spec) <= opts_.fusion_bytes && bytes_of(r.spec) < kFuseBelow) {
-      std::vector<Response*> batch{&r};
-      size_t total = bytes_of(r.spec), j = i + 1;
-      while (j < nresp && fusable(responses[j]) && bytes_of(responses[j].spec) < kFuseBelow &&
-             responses[j].spec.dtype == r.spec.dtype &&
-             reduce_of(responses[j].spec) == reduce_of(r.spec) && total + bytes_of(responses[j].spec) <= opts_.fusion_bytes) {
-        total += bytes_of(responses[j].spec);
-        batch.push_back(&responses[j]);
-        ++j;
-      }
-      Status s = run_allreduce_batch(batch);
-      if (!s) {
-        fail_all(s.error());
-        return;
-      }
-      i = j;
-      continue;
-    }
-    Status s = run_one(r);
-    if (!s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring_->broken())) {
+    const size_t end = fusion_batch_end(responses, i, opts_.fusion_bytes);
+    Status s = end > i ? run_allreduce_batch(responses, i, end) : run_single(responses[i]);
+    if (!s) {
       fail_all(s.error());
       return;
     }
-    complete(r.name, s);
-    ++i;
+    i = std::max(end, i + 1);
   }
 }
 
-// Several allreduces through the fusion buffer: each tensor is copied in with its prescale,
-// the buffer reduced once, and each copied out with its postscale (and 1/size for an
-// average). A batch of one tensor runs in place instead.
-Status Engine::run_allreduce_batch(std::vector<Response*>& batch) {
-  size_t tensors = 0, total = 0;
-  const auto dtype = static_cast<hvd_dtype_t>(batch[0]->spec.dtype);
-  const size_t es = dtype_size(dtype);
-  for (auto* r : batch) {
-    tensors += r->spec.counts.size();
-    for (auto c : r->spec.counts) total += c;
-  }
-  if (tensors == 1) {
-    Status s = run_one(*batch[0]);
-    if (!s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring_->broken())) return s;
-    complete(batch[0]->name, s);
-    return {};
-  }
-  std::vector<std::shared_ptr<Op>> ops;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (auto* r : batch) {
-      auto it = local_.find(r->name);
-      ops.push_back(it == local_.end() ? nullptr : it->second);
-    }
-  }
-  if (fusion_.size() < total * es) fusion_.resize(total * es);  // at most HVDRUN_FUSION_THRESHOLD
-  size_t off = 0;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const Spec& s = batch[b]->spec;
-    if (opts_.timeline) opts_.timeline->phase(s.name, "MEMCPY_IN_FUSION_BUFFER");
-    for (size_t k = 0; k < s.counts.size(); ++k) {
-      const void* src = ops[b] ? ops[b]->req.tensors[k].send : nullptr;
-      scale_copy(fusion_.data() + off, src, s.counts[k], dtype, s.prescale, 1);
-      off += s.counts[k] * es;
-    }
-    if (opts_.timeline) opts_.timeline->phase(s.name, "ALLREDUCE");
-  }
-  auto op = static_cast<hvd_op_t>(batch[0]->spec.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : batch[0]->spec.op);
-  Status st = ring_->allreduce(fusion_.data(), fusion_.data(), total, dtype, op);
-  if (!st) return st;
-  off = 0;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    const Spec& s = batch[b]->spec;
-    double div = s.op == HVD_OP_AVERAGE ? opts_.size : 1;
-    if (opts_.timeline) opts_.timeline->phase(s.name, "MEMCPY_OUT_FUSION_BUFFER");
-    for (size_t k = 0; k < s.counts.size(); ++k) {
-      if (ops[b]) scale_copy(ops[b]->req.tensors[k].recv, fusion_.data() + off, s.counts[k], dtype, s.postscale, div);
-      off += s.counts[k] * es;
-    }
-    complete(s.name, {});
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.fused_batches;
-    stats_.fused_tensors += tensors;
-  }
+// One response on its own: an error that ends the engine is returned, any other completes it.
+Status Engine::run_single(const Response& r) {
+  Status s = run_one(r);
+  if (ends_engine(s, ring_)) return s;
+  complete(r.name, s);
   return {};
 }
 
-Status Engine::run_one(Response& r) {
+// Responses [begin, end) through the fusion buffer; one tensor alone runs in place instead.
+Status Engine::run_allreduce_batch(const std::vector<Response>& responses, size_t begin, size_t end) {
+  size_t tensors = 0;
+  for (size_t b = begin; b < end; ++b) tensors += responses[b].spec.counts.size();
+  if (tensors == 1) return run_single(responses[begin]);
+  std::vector<std::shared_ptr<Op>> ops;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t b = begin; b < end; ++b) {
+      auto it = local_.find(responses[b].name);
+      ops.push_back(it == local_.end() ? nullptr : it->second);
+    }
+  }
+  Status st = fusion_.allreduce(ring_, opts_.size, opts_.timeline, responses, begin, end, ops,
+                                [this](const std::string& name) { complete(name, {}); });
+  if (!st) return st;
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.fused_batches;
+  stats_.fused_tensors += tensors;
+  return {};
+}
+
+// This rank's part of one response: its request (none on a joined rank), the device
+// collectives it needs, then the executor.
+Status Engine::run_one(const Response& r) {
   const Spec& s = r.spec;
-  const auto dtype = static_cast<hvd_dtype_t>(s.dtype);
-  const size_t es = dtype_size(dtype);
-  const int n = opts_.size, me = opts_.rank;
   std::shared_ptr<Op> op;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = local_.find(r.name);
     if (it != local_.end()) op = it->second;
+    if (s.kind == OpKind::kAllreduce) stats_.unfused_tensors += s.counts.size();
   }
   const char* activity = op_kind_name(s.kind);
   if (opts_.timeline) {
@@ -892,101 +793,7 @@ Status Engine::run_one(Response& r) {
     if (!op) return Error{std::string(activity) + " '" + s.name + "': device tensors with joined ranks are not supported",
                           HVD_ERR_UNSUPPORTED};
   }
-  switch (s.kind) {
-    case OpKind::kAllreduce: {
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        stats_.unfused_tensors += s.counts.size();
-      }
-      for (size_t k = 0; k < s.counts.size(); ++k) {
-        const size_t count = s.counts[k];
-        const hvd_dtype_t dtype = s.dtype_at(k);  // (a group of several dtypes: each its own)
-        const size_t es = dtype_size(dtype);
-        const void* send = op ? op->req.tensors[k].send : nullptr;
-        void* recv = op ? op->req.tensors[k].recv : nullptr;
-        if (gpu) {
-          if (auto st = gpu->allreduce_scaled(send, recv, count, dtype, static_cast<hvd_op_t>(s.op), s.prescale, s.postscale);
-              !st)
-            return st;
-          continue;
-        }
-        if (!op) {  // joined: contribute zeros
-          zeros_.assign(count * es, 0);
-          send = recv = zeros_.data();
-        }
-        if (s.prescale == 1 && s.postscale == 1) {
-          if (auto st = ring_->allreduce(send, recv, count, dtype, static_cast<hvd_op_t>(s.op)); !st) return st;
-          continue;
-        }
-        scale_copy(recv, send, count, dtype, s.prescale, 1);
-        auto rop = static_cast<hvd_op_t>(s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op);
-        if (auto st = ring_->allreduce(recv, recv, count, dtype, rop); !st) return st;
-        scale_copy(recv, recv, count, dtype, s.postscale, s.op == HVD_OP_AVERAGE ? n : 1);
-      }
-      return {};
-    }
-    case OpKind::kBroadcast:
-      if (gpu) return gpu->broadcast(op->req.tensors[0].recv, s.counts[0], dtype, s.root);
-      return ring_->broadcast(op->req.tensors[0].recv, s.counts[0], dtype, s.root);
-    case OpKind::kBarrier:
-      return ring_->barrier();
-    case OpKind::kAllgatherv: {
-      std::vector<size_t> bytes(n);
-      size_t total = 0;
-      op->rows_per_rank.assign(n, 0);
-      for (int p = 0; p < n; ++p) {
-        op->rows_per_rank[p] = r.per_rank[p].counts[0];
-        bytes[p] = r.per_rank[p].counts[0] * s.row_elems * es;
-        total += bytes[p];
-      }
-      void* out = op->req.tensors[0].recv;
-      if (gpu) {
-        if (!out) {
-          op->output.resize(total);
-          out = nullptr;
-        }
-        return gpu->allgatherv(op->req.tensors[0].send, out, bytes, out ? nullptr : &op->output);
-      }
-      if (!out) {
-        op->output.resize(total);
-        out = op->output.data();
-      }
-      return ring_->allgatherv(op->req.tensors[0].send, out, bytes);
-    }
-    case OpKind::kAlltoall: {
-      std::vector<size_t> bytes(static_cast<size_t>(n) * n);
-      size_t total = 0;
-      op->rows_per_rank.assign(n, 0);
-      for (int src = 0; src < n; ++src)
-        for (int dst = 0; dst < n; ++dst) {
-          bytes[static_cast<size_t>(src) * n + dst] = r.per_rank[src].splits[dst] * s.row_elems * es;
-          if (dst == me) {
-            op->rows_per_rank[src] = r.per_rank[src].splits[dst];
-            total += bytes[static_cast<size_t>(src) * n + dst];
-          }
-        }
-      if (gpu) return gpu->alltoallv(op->req.tensors[0].send, bytes, me, &op->output);
-      op->output.resize(total);
-      return ring_->alltoallv(op->req.tensors[0].send, op->output.data(), bytes);
-    }
-    case OpKind::kReducescatter: {
-      const size_t rows = s.counts[0], row = s.row_elems;
-      auto share = [&](int p) { return rows / n + (static_cast<size_t>(p) < rows % n ? 1 : 0); };
-      size_t first = 0;
-      for (int p = 0; p < me; ++p) first += share(p);
-      if (gpu) return gpu->reducescatter(op->req.tensors[0].send, op->req.tensors[0].recv, rows * row, first * row,
-                                         share(me) * row, dtype, static_cast<hvd_op_t>(s.op));
-      std::vector<char> tmp(rows * row * es);
-      if (auto st = ring_->allreduce(op->req.tensors[0].send, tmp.data(), rows * row, dtype, static_cast<hvd_op_t>(s.op));
-          !st)
-        return st;
-      if (share(me)) std::memcpy(op->req.tensors[0].recv, tmp.data() + first * row * es, share(me) * row * es);
-      return {};
-    }
-    case OpKind::kJoin:
-      break;
-  }
-  return Error{"internal: unexpected response kind", HVD_ERR_INTERNAL};
+  return executor_.run(r, op.get(), gpu);
 }
 
 void Engine::complete(const std::string& name, Status s) {
@@ -1069,52 +876,9 @@ void Engine::stop(const std::string& why) {
 // Rank 0 sees every rank's announcements: names some ranks announced and others not, for
 // longer than HVDRUN_STALL_CHECK_TIME_SECONDS, go to hvdrun with the ranks missing.
 void Engine::check_stall() {
-  if (opts_.stall_check_s <= 0 || !opts_.on_stall) return;
-  double t = now_s();
-  if (t - last_stall_check_ < std::min(1.0, opts_.stall_check_s / 4)) return;
-  last_stall_check_ = t;
-  std::map<int, std::vector<std::string>> missing;
-  bool fatal = false, any = false;
-  for (auto& [name, e] : negotiation_.table()) {
-    double age = t - e.first;
-    if (age < opts_.stall_check_s) continue;
-    any = true;
-    if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
-    for (int r = 0; r < opts_.size; ++r)
-      if (!e.per_rank[r] && !negotiation_.joined(r)) missing[r].push_back(name);
-  }
-  for (auto& [name, p] : negotiation_.cached_partial()) {
-    double age = t - p.first;
-    if (age < opts_.stall_check_s || !cache_.contains(name)) continue;
-    any = true;
-    if (opts_.stall_shutdown_s > 0 && age >= opts_.stall_shutdown_s) fatal = true;
-    for (int r : p.second) missing[r].push_back(name);
-  }
-  if (!any) {
-    stall_warned_ = false;
-    return;
-  }
-  // Rank 0 warns; any rank ends a job stalled past the shutdown time (rank 0 may be the
-  // rank that stalled it: stopped, or hung in the program).
-  if (opts_.rank != 0 && !fatal) return;
-  if (stall_warned_ && !fatal) return;
-  stall_warned_ = true;
-  std::string report;
-  for (auto& [r, names] : missing) {
-    report += "rank " + std::to_string(r);
-    if (r < static_cast<int>(opts_.hosts.size())) report += " (host " + opts_.hosts[r] + ")";
-    report += " has not submitted:";
-    size_t shown = 0;
-    for (auto& nm : names) {
-      if (shown++ == 6) {
-        report += " ... (" + std::to_string(names.size()) + " in all)";
-        break;
-      }
-      report += " " + nm;
-    }
-    report += "\n";
-  }
-  opts_.on_stall(report, fatal);
+  if (!stall_) return;
+  if (auto report = stall_->check(now_s(), negotiation_, cache_))
+    opts_.on_stall(format_stall(*report, opts_.hosts), report->fatal);
 }
 
 }  // namespace hvdrun

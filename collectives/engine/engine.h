@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -19,9 +20,12 @@
 
 #include "collectives/engine/cycle_message.h"
 #include "collectives/engine/eager.h"
+#include "collectives/engine/executor.h"
+#include "collectives/engine/fusion.h"
 #include "collectives/engine/negotiation.h"
 #include "collectives/engine/response_cache.h"
 #include "collectives/engine/spec.h"
+#include "collectives/engine/stall_inspector.h"
 #include "common/result.h"
 #include "hvdrun/hvdrun.h"
 
@@ -31,16 +35,6 @@ class Ring;
 class GpuCollectives;
 class Timeline;
 struct PendingOp;  // a request from submit to completion (pending_op.h)
-
-struct TensorArg {
-  const void* send = nullptr;
-  void* recv = nullptr;
-};
-
-struct Request {
-  Spec spec;
-  std::vector<TensorArg> tensors;  // one per count (broadcast: send == recv)
-};
 
 struct EngineOptions {
   int rank = 0, size = 1;
@@ -162,8 +156,9 @@ class Engine {
   void reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
                       bool cache_hit = false);
   void execute(std::vector<Response>& responses);
-  Status run_allreduce_batch(std::vector<Response*>& batch);
-  Status run_one(Response& r);
+  Status run_single(const Response& r);
+  Status run_allreduce_batch(const std::vector<Response>& responses, size_t begin, size_t end);
+  Status run_one(const Response& r);
   void complete(const std::string& name, Status s);
   void fail_all(const Error& e);
   void check_stall();
@@ -213,9 +208,8 @@ class Engine {
   Negotiation negotiation_;
   NegotiationResult negotiated_;  // the last cycle's (kept: its vectors keep their capacity)
   EagerPlan eager_;
-  std::vector<char> fusion_;
-  std::vector<char> zeros_;
-  std::vector<char> eager_acc_;
+  Executor executor_;
+  FusionBuffer fusion_;
   // Scratch that keeps its capacity from cycle to cycle (a loop of small calls allocates less).
   std::vector<uint64_t> bits_scratch_;
   std::vector<std::shared_ptr<Op>> fresh_scratch_;
@@ -223,12 +217,11 @@ class Engine {
   std::string head_scratch_;                 // build_message's header, before it goes in front of the data
   std::vector<std::string> cycle_msgs_;     // every rank's message of the cycle (framed)
   std::vector<CycleMessage> cycle_parsed_;  // the same, parsed
-  double last_stall_check_ = 0;
+  std::optional<StallInspector> stall_;  // when HVDRUN_STALL_CHECK_TIME_SECONDS > 0 and on_stall is set
   double last_cycle_end_ = 0;
   bool last_cycle_idle_ = false;  // it ran nothing while requests of ours were announced
   bool announced_ = false;        // the last message left requests of ours known to peers
   uint64_t completions_ = 0, completions_at_message_ = 0;  // under mu_
-  bool stall_warned_ = false;
 };
 
 }  // namespace hvdrun

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <vector>
 
-#include "collectives/engine/engine.h"
+#include "collectives/engine/spec.h"
+#include "common/result.h"
+#include "hvdrun/hvdrun.h"
 
 namespace hvdrun {
 

@@ -55,4 +55,14 @@ inline hvd_op_t wire_op(const Spec& s) {
   return static_cast<hvd_op_t>(s.op == HVD_OP_AVERAGE ? static_cast<uint8_t>(HVD_OP_SUM) : s.op);
 }
 
+struct TensorArg {
+  const void* send = nullptr;
+  void* recv = nullptr;
+};
+
+struct Request {
+  Spec spec;
+  std::vector<TensorArg> tensors;  // one per count (broadcast: send == recv)
+};
+
 }  // namespace hvdrun

@@ -221,4 +221,51 @@ bool dtype_is_float(hvd_dtype_t t) {
   return t == HVD_FLOAT16 || t == HVD_BFLOAT16 || t == HVD_FLOAT32 || t == HVD_FLOAT64;
 }
 
+// dst[i] = src[i] * mul / div (src null: zeros). Integer dtypes are only copied (their
+// scales are 1, checked at submit).
+void scale_copy(void* dst, const void* src, size_t count, hvd_dtype_t t, double mul, double div) {
+  const size_t bytes = count * dtype_size(t);
+  if (!src) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  if (mul == 1 && div == 1) {
+    if (dst != src) std::memmove(dst, src, bytes);
+    return;
+  }
+  switch (t) {
+    case HVD_FLOAT32: {
+      const float m = static_cast<float>(mul), d = static_cast<float>(div);
+      auto* o = static_cast<float*>(dst);
+      auto* i = static_cast<const float*>(src);
+      if (div == 1)
+        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m;
+      else
+        for (size_t k = 0; k < count; ++k) o[k] = i[k] * m / d;
+      return;
+    }
+    case HVD_FLOAT64: {
+      auto* o = static_cast<double*>(dst);
+      auto* i = static_cast<const double*>(src);
+      for (size_t k = 0; k < count; ++k) o[k] = i[k] * mul / div;
+      return;
+    }
+    case HVD_FLOAT16: {
+      auto* o = static_cast<uint16_t*>(dst);
+      auto* i = static_cast<const uint16_t*>(src);
+      for (size_t k = 0; k < count; ++k)
+        o[k] = float_to_half(static_cast<float>(half_to_float(i[k]) * mul / div));
+      return;
+    }
+    case HVD_BFLOAT16: {
+      auto* o = static_cast<uint16_t*>(dst);
+      auto* i = static_cast<const uint16_t*>(src);
+      for (size_t k = 0; k < count; ++k) o[k] = float_to_bf16(static_cast<float>(bf16_to_float(i[k]) * mul / div));
+      return;
+    }
+    default:
+      if (dst != src) std::memmove(dst, src, bytes);
+  }
+}
+
 }  // namespace hvdrun

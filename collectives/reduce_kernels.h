@@ -15,5 +15,8 @@ void reduce_into(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hv
 void reduce_pair(void* dst, const void* a, const void* b, size_t count, hvd_dtype_t dtype, hvd_op_t op);
 // buf[i] /= divisor, for floating types.
 void scale_down(void* buf, size_t count, hvd_dtype_t dtype, double divisor);
+// dst[i] = src[i] * mul / div (src null: zeros). Integer dtypes are only copied (their
+// scales are 1, checked at submit). dst may be src.
+void scale_copy(void* dst, const void* src, size_t count, hvd_dtype_t t, double mul, double div);
 
 }  // namespace hvdrun

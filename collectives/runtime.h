@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 #include "common/result.h"
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "collectives/gpu.h"
 #include "collectives/timeline.h"
 #include "collectives/ring.h"

@@ -1,6 +1,6 @@
 // The collective engine with ranks as threads over socketpair rings: negotiation in any
 // order, fusion, the response cache, mismatches, join, dead peers, stalls, the timeline.
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -520,7 +520,7 @@ TEST(Engine, EveryMismatchKindFailsOnEveryRankNamingTensorRanksAndValues) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
 }
 
-// A negotiation message built by hand (the engine's wire layout: engine.cc Writer/put_spec).
+// A negotiation message built by hand (the engine's wire layout: collectives/engine/cycle_message.cc).
 struct RawMessage {
   std::string out = std::string(Ring::kFrameBytes, '\0');
   template <class T>

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "collectives/engine.h"
+#include "collectives/engine/engine.h"
 #include "collectives/gpu.h"
 #include "collectives/hierarchy.h"
 #include "collectives/ring.h"

@@ -1,6 +1,6 @@
 // The asynchronous collective engine: one background thread per process that matches
 // named requests across ranks, runs them in one order everywhere, fuses small allreduces
-// and keeps the agreed responses in a cache. collectives/engine.cc explains the protocol.
+// and keeps the agreed responses in a cache. collectives/engine/engine.cc explains the protocol.
 #pragma once
 
 #include <atomic>
@@ -12,11 +12,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/engine/cycle_message.h"
+#include "collectives/engine/eager.h"
+#include "collectives/engine/executor.h"
+#include "collectives/engine/fusion.h"
+#include "collectives/engine/negotiation.h"
+#include "collectives/engine/response_cache.h"
+#include "collectives/engine/spec.h"
+#include "collectives/engine/stall_inspector.h"
 #include "common/result.h"
 #include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
@@ -26,50 +35,7 @@ namespace hvdrun {
 class Ring;
 class GpuCollectives;
 class Timeline;
-struct CycleMessage;  // one rank's part of a negotiation cycle (engine.cc)
-
-enum class OpKind : uint8_t {
-  kAllreduce = 1,  // also grouped: several tensors under one name
-  kBroadcast = 2,
-  kAllgatherv = 3,
-  kAlltoall = 4,
-  kReducescatter = 5,
-  kBarrier = 6,
-  kJoin = 7,
-};
-const char* op_kind_name(OpKind k);
-
-// What a rank announces for a name: every field must agree across ranks except the
-// per-rank ones (allgatherv's rows, alltoall's rows and splits).
-struct Spec {
-  std::string name;
-  OpKind kind = OpKind::kAllreduce;
-  uint8_t dtype = HVD_FLOAT32, op = HVD_OP_SUM;
-  int32_t root = -1;
-  double prescale = 1, postscale = 1;
-  bool device = false;
-  std::vector<uint64_t> counts;  // elements per tensor; rows for the row-shaped kinds
-  uint64_t row_elems = 0;
-  std::vector<uint64_t> splits;  // alltoall: rows to each rank
-  // A grouped allreduce of several dtypes: each tensor's (empty: every tensor is `dtype`).
-  // Such a group is neither eager nor fused: each tensor runs on the ring in its dtype.
-  std::vector<uint8_t> dtypes;
-  hvd_dtype_t dtype_at(size_t k) const { return static_cast<hvd_dtype_t>(dtypes.empty() ? dtype : dtypes[k]); }
-  // Stands for a submission that its rank refused (the name was pending there): whatever
-  // the other ranks pair with it fails too (Engine::submit).
-  bool refused = false;
-  bool same_as(const Spec& o) const;  // every agreed field
-};
-
-struct TensorArg {
-  const void* send = nullptr;
-  void* recv = nullptr;
-};
-
-struct Request {
-  Spec spec;
-  std::vector<TensorArg> tensors;  // one per count (broadcast: send == recv)
-};
+struct PendingOp;  // a request from submit to completion (pending_op.h)
 
 struct EngineOptions {
   int rank = 0, size = 1;
@@ -149,10 +115,7 @@ class Engine {
   EngineStats stats() const;
 
  private:
-  struct Op;
-  struct Entry;
-  struct CacheSlot;
-  struct Response;
+  using Op = PendingOp;
 
   std::shared_ptr<Op> find(hvd_handle_t h);
   // (mu_) Whether a submitted request (not a refusal) is pending under the name whose
@@ -174,41 +137,33 @@ class Engine {
   // background thread's pause (park()).
   void wake(bool unpark = true);
   Status cycle();
-  void build_message(std::string* out);  // this rank's cycle message, framed for allgather_bytes
-  // Where the eager data lies in a message whose bit vector is `bits`: (cache id, offset of
-  // the tensor's data) by id for the tensors that travel eagerly, and the total.
-  struct EagerLayout {
-    static constexpr size_t kNotEager = SIZE_MAX;
-    std::vector<uint64_t> bits;
-    std::vector<std::pair<size_t, size_t>> at;
-    size_t total = 0;
-    uint64_t cache_epoch = 0;
-    size_t offset(size_t id) const;  // kNotEager when the tensor does not travel eagerly
-    // Whether it is the layout of `b` with the cache as it is (at `epoch`).
-    bool holds(const std::vector<uint64_t>& b, uint64_t epoch) const { return cache_epoch == epoch && bits == b; }
-  };
-  // Places a host allreduce's data in an eager section whose used part ends at *end: its
-  // offset (8-byte aligned; *end moves past it), or kNotEager when it is no host allreduce,
-  // has no data, or would pass the eager bounds (*end unchanged).
-  size_t place_eager(const Spec& sp, size_t* end) const;
-  void compute_eager_layout(const std::vector<uint64_t>& bits, EagerLayout* out) const;
+  // This rank's cycle message, framed for allgather_bytes.
+  void build_message(std::string* out);
+  void collect_requests(CycleMessage* m, std::vector<Op*>* full_ops);
+  void mark_announced(CycleMessage* m);
+  void write_message(const CycleMessage& m, const std::vector<Op*>& full_ops, std::string* out);
+  // Every rank's message of a cycle: negotiates, runs what is ready, keeps it in the cache.
+  Status process(const std::vector<std::string>& messages);
+  Status check_leaving(const std::vector<CycleMessage>& msgs);
+  std::string oldest_pending_name();  // of this rank's requests ("" when none)
+  void apply_drops(const NegotiationResult& out);
+  void reannounce(const std::string& name);  // (mu_)
+  void take_ready(const std::vector<CycleMessage>& msgs, NegotiationResult& out, std::vector<Response>* responses,
+                  std::vector<Response>* ran_eagerly);
+  bool end_cycle(size_t from_cache);
+  void remember(const std::vector<Response>& ran);
+  void end_join();
   // Every rank's (prescaled) data of one allreduce is at hand: reduces it in rank order into
   // this rank's op `name` (when it has it) and completes the op.
   void reduce_eagerly(const std::string& name, const Spec& sp, const std::vector<const char*>& data,
                       bool cache_hit = false);
-  // The layout for `bits` under the cache as it is now: steady state sends the same bits
-  // every cycle, so the last one computed is kept (and recomputed once the cache changes).
-  const EagerLayout& eager_layout(const std::vector<uint64_t>& bits);
-  bool run_eager(size_t id, const std::vector<CycleMessage>& msgs, const std::vector<const EagerLayout*>& eager_at);
-  Status process(const std::vector<std::string>& messages);
-  std::string oldest_pending_name();  // of this rank's requests ("" when none)
   void execute(std::vector<Response>& responses);
-  Status run_allreduce_batch(std::vector<Response*>& batch);
-  Status run_one(Response& r);
+  Status run_single(const Response& r);
+  Status run_allreduce_batch(const std::vector<Response>& responses, size_t begin, size_t end);
+  Status run_one(const Response& r);
   void complete(const std::string& name, Status s);
   void fail_all(const Error& e);
   void check_stall();
-  std::string describe_mismatch(const std::string& name, const std::vector<const Spec*>& specs);
 
   Ring* ring_;
   EngineOptions opts_;
@@ -250,37 +205,25 @@ class Engine {
 
   // Engine state below: touched only by the thread holding drive_mu_.
   std::shared_ptr<Op> join_op_;
-  bool join_announced_ = false;
-  std::vector<bool> joined_;
-  int last_joined_ = -1;
   std::vector<std::string> invalidate_;  // names to announce as invalid
-  std::map<std::string, Entry> table_;   // names announced in full, not yet run
-  uint64_t next_seq_ = 0;
-  std::unordered_map<std::string, CacheSlot> cache_;  // by name
-  std::vector<std::string> cache_ids_;                // id -> name ("" free)
-  uint64_t lru_clock_ = 0;
-  uint64_t cache_epoch_ = 0;  // bumped by every change of cache_ids_ (eager layouts depend on it)
-  EagerLayout eager_memo_;
-  std::vector<char> fusion_;
-  std::vector<char> zeros_;
-  std::vector<char> eager_acc_;
+  ResponseCache cache_;
+  Negotiation negotiation_;
+  NegotiationResult negotiated_;  // the last cycle's (kept: its vectors keep their capacity)
+  EagerPlan eager_;
+  Executor executor_;
+  FusionBuffer fusion_;
   // Scratch that keeps its capacity from cycle to cycle (a loop of small calls allocates less).
   std::vector<uint64_t> bits_scratch_;
   std::vector<std::shared_ptr<Op>> fresh_scratch_;
-  std::vector<const EagerLayout*> eager_at_;  // into eager_memo_ or other_layouts_ (valid within process())
-  std::vector<EagerLayout> other_layouts_;
   std::vector<const char*> eager_ptrs_;
   std::string head_scratch_;                 // build_message's header, before it goes in front of the data
   std::vector<std::string> cycle_msgs_;     // every rank's message of the cycle (framed)
   std::vector<CycleMessage> cycle_parsed_;  // the same, parsed
-  double last_stall_check_ = 0;
-  // Cached names some ranks have sent and others not: since when, and the ranks missing.
-  std::map<std::string, std::pair<double, std::vector<int>>> cached_partial_;
+  std::optional<StallInspector> stall_;  // when HVDRUN_STALL_CHECK_TIME_SECONDS > 0 and on_stall is set
   double last_cycle_end_ = 0;
   bool last_cycle_idle_ = false;  // it ran nothing while requests of ours were announced
   bool announced_ = false;        // the last message left requests of ours known to peers
   uint64_t completions_ = 0, completions_at_message_ = 0;  // under mu_
-  bool stall_warned_ = false;
 };
 
 }  // namespace hvdrun

@@ -1,0 +1,242 @@
+// Negotiation and the response cache as pure functions: cycle messages in, responses out.
+// No ring, no threads, no clock.
+#include "collectives/engine/negotiation.h"
+#include "collectives/engine/stall_inspector.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hvdrun {
+namespace {
+
+Spec allreduce(const std::string& name, uint64_t count = 4, hvd_dtype_t dtype = HVD_FLOAT32) {
+  Spec s;
+  s.name = name;
+  s.kind = OpKind::kAllreduce;
+  s.dtype = static_cast<uint8_t>(dtype);
+  s.op = HVD_OP_SUM;
+  s.counts = {count};
+  return s;
+}
+
+Spec of_kind(const std::string& name, OpKind kind) {
+  Spec s = allreduce(name);
+  s.kind = kind;
+  return s;
+}
+
+struct Cluster {
+  explicit Cluster(int n, size_t capacity = 16) : cache(capacity), neg(n, &cache), msgs(static_cast<size_t>(n)) {}
+  // One cycle with the messages as set, then cleared for the next.
+  NegotiationResult cycle(double now = 0) {
+    NegotiationResult out;
+    neg.run(msgs, now, &out);
+    for (auto& m : msgs) m = CycleMessage{};
+    return out;
+  }
+  std::vector<std::string> names(const NegotiationResult& out) const {
+    std::vector<std::string> v;
+    for (auto& r : out.responses) v.push_back(r.name);
+    return v;
+  }
+  ResponseCache cache;
+  Negotiation neg;
+  std::vector<CycleMessage> msgs;
+};
+
+TEST(Negotiation, ANameEveryRankAnnouncedIsOneResponse) {
+  Cluster c(2);
+  c.msgs[0].specs = {allreduce("a")};
+  c.msgs[1].specs = {allreduce("a")};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].name, "a");
+  EXPECT_TRUE(out.responses[0].status) << out.responses[0].status.error().message;
+  EXPECT_FALSE(out.responses[0].from_cache);
+  EXPECT_EQ(out.misses, 1u);
+  EXPECT_EQ(out.active, 2);
+  EXPECT_TRUE(c.neg.table().empty());
+}
+
+TEST(Negotiation, ANameSomeRanksAnnouncedWaitsForTheOthers) {
+  Cluster c(3);
+  c.msgs[0].specs = {allreduce("a")};
+  c.msgs[2].specs = {allreduce("a")};
+  auto out = c.cycle(/*now=*/5);
+  EXPECT_TRUE(out.responses.empty());
+  ASSERT_EQ(c.neg.table().count("a"), 1u);
+  const auto& e = c.neg.table().at("a");
+  EXPECT_EQ(e.first, 5);
+  EXPECT_TRUE(e.per_rank[0] && e.per_rank[2]);
+  EXPECT_FALSE(e.per_rank[1]);
+  c.msgs[1].specs = {allreduce("a")};
+  out = c.cycle(6);
+  EXPECT_EQ(c.names(out), std::vector<std::string>{"a"});
+  EXPECT_EQ(out.misses, 0u);  // counted when first announced
+}
+
+TEST(Negotiation, ReadyNamesRunInTheOrderTheyWereFirstAnnounced) {
+  Cluster c(2);
+  c.msgs[0].specs = {allreduce("z"), allreduce("a"), allreduce("m")};
+  EXPECT_TRUE(c.cycle().responses.empty());
+  c.msgs[1].specs = {allreduce("m"), allreduce("a"), allreduce("z")};
+  EXPECT_EQ(c.names(c.cycle()), (std::vector<std::string>{"z", "a", "m"}));
+}
+
+TEST(Negotiation, AMismatchFailsTheNameNamingEachValuesRanks) {
+  Cluster c(3);
+  c.msgs[0].specs = {allreduce("a")};
+  c.msgs[1].specs = {allreduce("a", 4, HVD_FLOAT64)};
+  c.msgs[2].specs = {allreduce("a")};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_MISMATCH);
+  EXPECT_EQ(out.responses[0].status.error().message,
+            "allreduce 'a': mismatched dtype: float32 on ranks 0,2; float64 on rank 1");
+}
+
+TEST(Negotiation, ARefusedSubmissionFailsWhatTheOtherRanksPairedWithIt) {
+  Cluster c(2);
+  Spec refused = allreduce("a", 8);  // a refusal's other fields do not matter
+  refused.refused = true;
+  c.msgs[0].specs = {allreduce("a")};
+  c.msgs[1].specs = {refused};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(out.responses[0].status.error().message.find("allreduce 'a': refused on rank 1,"), std::string::npos)
+      << out.responses[0].status.error().message;
+}
+
+TEST(Negotiation, CachedBitsOfEveryRankAreReadyByIdAndTheOthersArePartial) {
+  Cluster c(2);
+  std::string evicted;
+  c.cache.put("a", allreduce("a"), &evicted);  // id 0
+  c.cache.put("b", allreduce("b"), &evicted);  // id 1
+  set_bit(&c.msgs[0].bits, 0);
+  set_bit(&c.msgs[0].bits, 1);
+  set_bit(&c.msgs[1].bits, 1);
+  auto out = c.cycle(/*now=*/7);
+  EXPECT_EQ(out.cached, std::vector<size_t>{1});
+  EXPECT_TRUE(out.responses.empty());
+  ASSERT_EQ(c.neg.cached_partial().count("a"), 1u);
+  EXPECT_EQ(c.neg.cached_partial().at("a"), (Negotiation::Partial{7, {1}}));
+  set_bit(&c.msgs[0].bits, 0);
+  set_bit(&c.msgs[1].bits, 0);
+  out = c.cycle(8);
+  EXPECT_EQ(out.cached, std::vector<size_t>{0});
+  EXPECT_TRUE(c.neg.cached_partial().empty());
+}
+
+TEST(Negotiation, AnInvalidatedNameLeavesTheCacheAndItsBitsCountForNothing) {
+  Cluster c(2);
+  std::string evicted;
+  c.cache.put("a", allreduce("a"), &evicted);
+  c.msgs[0].invalid = {"a", "never-cached"};
+  c.msgs[0].specs = {allreduce("a", 8)};
+  set_bit(&c.msgs[1].bits, 0);
+  auto out = c.cycle();
+  EXPECT_TRUE(out.cached.empty());
+  EXPECT_EQ(out.dropped, std::vector<std::string>{"a"});
+  EXPECT_EQ(out.invalidations, 1u);
+  EXPECT_FALSE(c.cache.contains("a"));
+  // Rank 1 announces it again in full: the full comparison finds the mismatch.
+  c.msgs[1].specs = {allreduce("a")};
+  out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_MISMATCH);
+}
+
+TEST(Negotiation, JoinedRanksAreNotWaitedForAndOnlyAllreduceAndBarrierRunWithoutThem) {
+  Cluster c(3);
+  c.msgs[1].flags = kFlagJoined;
+  c.msgs[0].specs = {allreduce("a"), of_kind("bc", OpKind::kBroadcast)};
+  c.msgs[2].specs = {allreduce("a"), of_kind("bc", OpKind::kBroadcast)};
+  auto out = c.cycle();
+  EXPECT_EQ(out.active, 2);
+  ASSERT_EQ(c.names(out), (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(out.responses[0].status);
+  ASSERT_FALSE(out.responses[1].status);
+  EXPECT_EQ(out.responses[1].status.error().message,
+            "broadcast 'bc' is not supported while ranks have joined (joined: 1)");
+  c.msgs[0].flags = c.msgs[2].flags = kFlagJoined;
+  out = c.cycle();
+  EXPECT_EQ(out.active, 0);
+  EXPECT_EQ(c.neg.last_joined(), 2);
+  c.neg.end_join();
+  EXPECT_EQ(c.cycle().active, 3);
+}
+
+TEST(Negotiation, AnAllgatherResponseCarriesEveryRanksRows) {
+  Cluster c(2);
+  Spec g0 = of_kind("g", OpKind::kAllgatherv), g1 = g0;
+  g0.counts = {3};
+  g1.counts = {5};
+  c.msgs[0].specs = {g0};
+  c.msgs[1].specs = {g1};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_TRUE(out.responses[0].status) << out.responses[0].status.error().message;
+  ASSERT_EQ(out.responses[0].per_rank.size(), 2u);
+  EXPECT_EQ(out.responses[0].per_rank[0].counts[0], 3u);
+  EXPECT_EQ(out.responses[0].per_rank[1].counts[0], 5u);
+}
+
+TEST(ResponseCache, NewNamesTakeTheLowestFreeIdAndTheLeastRecentlyUsedMakesRoom) {
+  ResponseCache cache(2);
+  std::string evicted;
+  cache.put("a", allreduce("a"), &evicted);
+  cache.put("b", allreduce("b"), &evicted);
+  EXPECT_EQ(cache.find("a")->id, 0);
+  EXPECT_EQ(cache.find("b")->id, 1);
+  const uint64_t epoch = cache.epoch();
+  cache.put("a", allreduce("a"), &evicted);  // ran again: used, not moved
+  EXPECT_EQ(evicted, "");
+  EXPECT_EQ(cache.epoch(), epoch);
+  cache.put("c", allreduce("c"), &evicted);
+  EXPECT_EQ(evicted, "b");
+  EXPECT_EQ(cache.find("c")->id, 1);
+  EXPECT_EQ(*cache.name_at(1), "c");
+  EXPECT_GT(cache.epoch(), epoch);
+  EXPECT_TRUE(cache.erase("a"));
+  EXPECT_EQ(cache.name_at(0), nullptr);
+  EXPECT_FALSE(cache.erase("a"));
+}
+
+TEST(ResponseCache, CapacityZeroKeepsNothing) {
+  ResponseCache cache(0);
+  std::string evicted;
+  cache.put("a", allreduce("a"), &evicted);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST(StallInspector, RankZeroWarnsOnceOfNamesMissingPastTheCheckTimeAndAnyRankEndsThemPastShutdown) {
+  Cluster c(3);
+  std::string evicted;
+  c.cache.put("cached", allreduce("cached"), &evicted);
+  c.msgs[0].specs = {allreduce("late")};
+  c.msgs[1].specs = {allreduce("late")};
+  set_bit(&c.msgs[0].bits, 0);
+  c.cycle(/*now=*/100);
+  StallInspector rank0(/*check_s=*/10, /*shutdown_s=*/30, 0), rank1(10, 30, 1);
+  EXPECT_FALSE(rank0.check(105, c.neg, c.cache));  // not yet past the check time
+  auto report = rank0.check(111, c.neg, c.cache);
+  ASSERT_TRUE(report);
+  EXPECT_FALSE(report->fatal);
+  EXPECT_EQ(report->missing, (std::map<int, std::vector<std::string>>{{1, {"cached"}}, {2, {"late", "cached"}}}));
+  EXPECT_EQ(format_stall(*report, {"h0", "h1", "h2"}),
+            "rank 1 (host h1) has not submitted: cached\nrank 2 (host h2) has not submitted: late cached\n");
+  EXPECT_FALSE(rank0.check(120, c.neg, c.cache));  // warned once
+  EXPECT_FALSE(rank1.check(120, c.neg, c.cache));  // only rank 0 warns
+  report = rank1.check(131, c.neg, c.cache);
+  ASSERT_TRUE(report);
+  EXPECT_TRUE(report->fatal);
+}
+
+}  // namespace
+}  // namespace hvdrun

@@ -22,7 +22,7 @@ uintptr_t address_space_top() {
 
 namespace {
 
-Error invalid(std::string message) { return Error{std::move(message), HVD_ERR_INVALID_ARGUMENT}; }
+Error invalid(std::string message) { return make_error(ErrorKind::kInvalidArgument, std::move(message)); }
 
 std::string indexed(const char* name, int n, int i) { return n > 1 ? fmt::format("{}[{}]", name, i) : name; }
 

@@ -2,7 +2,7 @@
 // submitted: every byte count (count x dtype size, rows x row_elems, x size() for what
 // every rank sends, sums of splits) computed without wrapping, and every buffer ending below
 // the top of the address space; and a call's output apart from its inputs unless it is
-// exactly one of them (in place). A failure is HVD_ERR_INVALID_ARGUMENT naming the value
+// exactly one of them (in place). A failure is kInvalidArgument naming the value
 // and the most that would fit, or the two buffers that overlap.
 //
 // What a rank may send is bounded so that whatever every rank sends together still fits

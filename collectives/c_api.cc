@@ -8,13 +8,54 @@
 #include <string>
 #include <vector>
 
+#include "collectives/c_api.h"
 #include "collectives/gpu.h"
 #include "collectives/runtime.h"
 #include "collectives/dtype.h"
 #include "hvdrun_version.h"
 #include "hvdrun/hvdrun.h"
 
+// The one table from an error's kind to the C API's code. Kinds no worker-side call makes
+// (the launcher's) are a broken invariant if one gets here.
+int hvd_code_of(hvdrun::ErrorKind kind) {
+  using K = hvdrun::ErrorKind;
+  switch (kind) {
+    case K::kNotInitialized: return HVD_ERR_NOT_INITIALIZED;
+    case K::kInvalidArgument:
+    case K::kUsage: return HVD_ERR_INVALID_ARGUMENT;
+    case K::kRendezvous: return HVD_ERR_RENDEZVOUS;
+    case K::kAuth: return HVD_ERR_AUTH;
+    case K::kTimeout:
+    case K::kStartTimeout: return HVD_ERR_TIMEOUT;
+    case K::kPeerLost: return HVD_ERR_PEER;
+    case K::kMismatch: return HVD_ERR_MISMATCH;
+    case K::kUnsupported: return HVD_ERR_UNSUPPORTED;
+    case K::kCuda: return HVD_ERR_CUDA;
+    case K::kNccl: return HVD_ERR_NCCL;
+    case K::kInternal:
+    case K::kBadHostFile:
+    case K::kResourceLimit:
+    case K::kUnreachableHost:
+    case K::kLaunchFailed:
+    case K::kNotFound:
+    case K::kNotExecutable:
+    case K::kRankFailed:
+    case K::kRankKilled:
+    case K::kRankExitedEarly:
+    case K::kLostContact:
+    case K::kInterrupted:
+    case K::kOutputFailed:
+    case K::kSystem:
+    case K::kMalformed:
+    case K::kMissingKey: return HVD_ERR_INTERNAL;
+  }
+  return HVD_ERR_INTERNAL;  // (a number that is no kind)
+}
+
 namespace {
+
+using hvdrun::ErrorKind;
+using hvdrun::make_error;
 
 thread_local std::string g_last_error;
 
@@ -24,7 +65,7 @@ int guarded(Fn&& fn) {
     hvdrun::Status s = fn();
     if (s) return HVD_SUCCESS;
     g_last_error = s.error().message;
-    return s.error().code > 0 ? s.error().code : HVD_ERR_INTERNAL;
+    return hvd_code_of(s.error().kind);
   } catch (const std::exception& e) {
     g_last_error = std::string("internal error: ") + e.what();
     return HVD_ERR_INTERNAL;
@@ -67,7 +108,7 @@ template <class Fn>
 int submit(const char* what, hvd_handle_t* handle, Fn&& fn) {
   if (int rc = refused_in_fork(what)) return rc;
   return guarded([&]() -> hvdrun::Status {
-    if (!handle) return hvdrun::Error{"the handle pointer is null", HVD_ERR_INVALID_ARGUMENT};
+    if (!handle) return make_error(ErrorKind::kInvalidArgument, "the handle pointer is null");
     hvdrun::Result<hvd_handle_t> h = fn();
     if (!h) return h.error();
     *handle = *h;
@@ -78,7 +119,7 @@ int submit(const char* what, hvd_handle_t* handle, Fn&& fn) {
 // Allocates the kept output of a finished handle and copies it out (blocking wrappers).
 int take_output(hvd_handle_t h, size_t row_elems, hvd_dtype_t dtype, void** recvbuf, size_t* rows_per_rank) {
   return guarded([&]() -> hvdrun::Status {
-    if (!recvbuf || !rows_per_rank) return hvdrun::Error{"recvbuf or rows_per_rank is null", HVD_ERR_INVALID_ARGUMENT};
+    if (!recvbuf || !rows_per_rank) return make_error(ErrorKind::kInvalidArgument, "recvbuf or rows_per_rank is null");
     if (auto s = rt().result_rows(h, rows_per_rank); !s) {
       (void)rt().wait(h);
       return s;
@@ -89,7 +130,7 @@ int take_output(hvd_handle_t h, size_t row_elems, hvd_dtype_t dtype, void** recv
     void* out = std::malloc(bytes ? bytes : 1);
     if (!out) {
       (void)rt().wait(h);
-      return hvdrun::Error{"out of memory for " + std::to_string(bytes) + " bytes of output", HVD_ERR_INTERNAL};
+      return make_error(ErrorKind::kInternal, "out of memory for " + std::to_string(bytes) + " bytes of output");
     }
     if (auto s = rt().wait_result(h, out); !s) {
       std::free(out);
@@ -173,7 +214,7 @@ int hvd_grouped_allreduce_dtypes_async(const char* name, int n, const void* cons
                                        double postscale, hvd_handle_t* handle) {
   return submit("hvd_grouped_allreduce_dtypes_async", handle, [&]() -> hvdrun::Result<hvd_handle_t> {
     if (!dtypes)
-      return hvdrun::Error{"hvd_grouped_allreduce_dtypes_async: dtypes is null", HVD_ERR_INVALID_ARGUMENT};
+      return make_error(ErrorKind::kInvalidArgument, "hvd_grouped_allreduce_dtypes_async: dtypes is null");
     return rt().allreduce_async(name, n, sendbufs, recvbufs, counts, HVD_FLOAT32, op, prescale, postscale,
                                 "hvd_grouped_allreduce_dtypes_async", dtypes);
   });

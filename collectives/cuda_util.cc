@@ -9,7 +9,7 @@
 namespace hvdrun {
 
 Error cuda_error(const std::string& what, cudaError_t e) {
-  return Error{what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e), HVD_ERR_CUDA};
+  return make_error(ErrorKind::kCuda, what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 Result<Memory> memory_of(const void* p) {
@@ -41,14 +41,14 @@ Result<int> select_device(int rank, int local_rank) {
   std::string chosen = tunable_string("HVDRUN_CUDA_DEVICE");
   if (!chosen.empty()) {
     auto d = parse_int(chosen, "HVDRUN_CUDA_DEVICE", 0, 1 << 16);
-    if (!d) return Error{"rank " + std::to_string(rank) + ": " + d.error().message, HVD_ERR_INVALID_ARGUMENT};
+    if (!d) return make_error(ErrorKind::kInvalidArgument, "rank " + std::to_string(rank) + ": " + d.error().message);
     device = static_cast<int>(*d);
   }
   if (device >= count)
-    return Error{"rank " + std::to_string(rank) + ": needs CUDA device " + std::to_string(device) +
-                     (chosen.empty() ? " (its local rank)" : " (HVDRUN_CUDA_DEVICE)") + " but " +
-                     std::to_string(count) + " device(s) are visible" + vis,
-                 HVD_ERR_CUDA};
+    return make_error(ErrorKind::kCuda,
+                      "rank " + std::to_string(rank) + ": needs CUDA device " + std::to_string(device) +
+                          (chosen.empty() ? " (its local rank)" : " (HVDRUN_CUDA_DEVICE)") + " but " +
+                          std::to_string(count) + " device(s) are visible" + vis);
   HVDRUN_CUDA_TRY("rank " + std::to_string(rank) + ": cudaSetDevice(" + std::to_string(device) + ")",
                   cudaSetDevice(device));
   return device;

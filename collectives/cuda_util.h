@@ -10,7 +10,7 @@
 
 namespace hvdrun {
 
-// "what: cudaErrorX: text" as an HVD_ERR_CUDA error.
+// "what: cudaErrorX: text" as a kCuda error.
 Error cuda_error(const std::string& what, cudaError_t e);
 
 #define HVDRUN_CUDA_TRY(what, call)                                 \

@@ -47,7 +47,7 @@ struct GpuSetup {
 class GpuCollectives {
  public:
   virtual ~GpuCollectives() = default;
-  // Buffers are device memory; arguments are already checked. Error codes are HVD_ERR_*.
+  // Buffers are device memory; arguments are already checked. Errors are kCuda, kNccl, kTimeout, kUnsupported.
   virtual Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) = 0;
   virtual Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) = 0;
   virtual Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) = 0;
@@ -77,7 +77,8 @@ class GpuCollectives {
 
  protected:
   static Error unsupported(const std::string& what) {
-    return Error{what + " is not supported by the " + std::string(gpu_backend_name()) + " backend", HVD_ERR_UNSUPPORTED};
+    return make_error(ErrorKind::kUnsupported,
+                      what + " is not supported by the " + std::string(gpu_backend_name()) + " backend");
   }
 };
 

@@ -18,7 +18,7 @@ Error nccl_error(const std::string& what, ncclResult_t r, ncclComm_t comm = null
   std::string text = std::string(ncclGetErrorString(r));
   const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
   if (last && *last) text += " (" + std::string(last) + ")";
-  return Error{what + ": " + text, HVD_ERR_NCCL};
+  return make_error(ErrorKind::kNccl, what + ": " + text);
 }
 
 ncclDataType_t nccl_dtype(hvd_dtype_t t) {
@@ -200,7 +200,8 @@ class NcclCollectives : public GpuCollectives {
   }
 
   Status ready(const char* what) {
-    if (broken_) return Error{std::string(what) + ": the NCCL communicator was aborted: " + broken_reason_, HVD_ERR_NCCL};
+    if (broken_) return make_error(ErrorKind::kNccl,
+                                   std::string(what) + ": the NCCL communicator was aborted: " + broken_reason_);
     // The caller may have another device current on this thread.
     HVDRUN_CUDA_TRY(std::string(what) + ": cudaSetDevice", cudaSetDevice(device_));
     return {};
@@ -222,9 +223,9 @@ class NcclCollectives : public GpuCollectives {
       if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(what, async, comm_));
       auto now = Clock::now();
       if (now > deadline)
-        return fail(Error{std::string(what) + ": no progress in " + std::to_string(static_cast<int>(timeout_s_)) +
-                              " s (HVDRUN_TIMEOUT); a peer is gone or did not make the same call",
-                          HVD_ERR_TIMEOUT});
+        return fail(make_error(ErrorKind::kTimeout,
+                               std::string(what) + ": no progress in " + std::to_string(static_cast<int>(timeout_s_)) +
+                                   " s (HVDRUN_TIMEOUT); a peer is gone or did not make the same call"));
       // Spin (yielding) for the first 50 ms, as cudaStreamSynchronize's default schedule
       // does, so that a call returns within microseconds of its kernel; then poll every
       // 100 us, which costs under 1% of anything that long.

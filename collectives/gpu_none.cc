@@ -8,8 +8,8 @@ Result<Memory> memory_of(const void*) { return Memory::kHost; }
 const char* gpu_backend_name() { return "none"; }
 
 Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup&) {
-  return Error{"this libhvdrun was built without CUDA (HVDRUN_WITH_CUDA=OFF or no toolkit found)",
-               HVD_ERR_UNSUPPORTED};
+  return make_error(ErrorKind::kUnsupported,
+                    "this libhvdrun was built without CUDA (HVDRUN_WITH_CUDA=OFF or no toolkit found)");
 }
 
 }  // namespace hvdrun

@@ -26,7 +26,10 @@
 namespace hvdrun {
 namespace {
 
-Error err(int code, std::string message) { return Error{std::move(message), code}; }
+// `e` as this rank's error of `kind` ("rank 3: <its message>"), its context kept.
+Error as_rank(ErrorKind kind, int rank, const Error& e) {
+  return with_kind(wrap(e, "rank " + std::to_string(rank)), kind);
+}
 
 }  // namespace
 
@@ -63,21 +66,23 @@ Result<RankView> rank_view_from_env(const std::function<std::optional<std::strin
                 {"HOROVOD_CROSS_RANK", &v.cross_rank}, {"HOROVOD_CROSS_SIZE", &v.cross_size}};
   for (auto& f : fields) {
     auto s = get(f.name);
-    if (!s) return err(HVD_ERR_RENDEZVOUS, std::string(f.name) + " is not set (start the program with hvdrun)");
+    if (!s) return make_error(ErrorKind::kRendezvous,
+                              std::string(f.name) + " is not set (start the program with hvdrun)");
     auto n = parse_int(*s, f.name, 0, 1 << 24);
-    if (!n) return err(HVD_ERR_INVALID_ARGUMENT, n.error().message);
+    if (!n) return with_kind(n.error(), ErrorKind::kInvalidArgument);
     *f.out = static_cast<int>(*n);
   }
   if (v.size < 1 || v.rank >= v.size || v.local_rank >= v.local_size || v.cross_rank >= v.cross_size)
-    return err(HVD_ERR_INVALID_ARGUMENT, "inconsistent HOROVOD_* rank variables (rank " + std::to_string(v.rank) +
-                                             " of " + std::to_string(v.size) + ")");
+    return make_error(ErrorKind::kInvalidArgument,
+                      "inconsistent HOROVOD_* rank variables (rank " + std::to_string(v.rank) +
+                          " of " + std::to_string(v.size) + ")");
   v.host = get("HOROVOD_HOSTNAME").value_or("localhost");
   return v;
 }
 
 Status Runtime::init() {
   if (initialized_) return {};
-  if (auto s = check_tunables(TunableUse::kWorker); !s) return err(HVD_ERR_INVALID_ARGUMENT, s.error().message);
+  if (auto s = check_tunables(TunableUse::kWorker); !s) return with_kind(s.error(), ErrorKind::kInvalidArgument);
   auto addr = tunable_if_set("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) {
     // Not started by hvdrun: a job of one, as Horovod does.
@@ -94,17 +99,17 @@ Status Runtime::init() {
   auto view = rank_view_from_env([](const char* n) { return tunable_if_set(n); });
   if (!view) return view.error();
   auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
-  if (!port) return err(HVD_ERR_RENDEZVOUS, port.error().message);
+  if (!port) return with_kind(port.error(), ErrorKind::kRendezvous);
   auto secret = rdv::secret_from_hex(tunable_string("HVDRUN_SECRET"));
-  if (!secret) return err(HVD_ERR_AUTH, secret.error().message);
+  if (!secret) return with_kind(secret.error(), ErrorKind::kAuth);
   double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
   auto deadline = deadline_in(start_timeout);
 
   auto client = rdv::Client::connect(*addr, static_cast<int>(*port), *secret, deadline);
   if (!client) {
-    bool auth = client.error().kind == ErrorKind::kAuth;
-    return err(auth ? HVD_ERR_AUTH : HVD_ERR_RENDEZVOUS,
-               "rank " + std::to_string(view->rank) + ": " + client.error().message);
+    // Any failure to connect but a refused proof is the rendezvous's.
+    const ErrorKind kind = client.error().kind == ErrorKind::kAuth ? ErrorKind::kAuth : ErrorKind::kRendezvous;
+    return as_rank(kind, view->rank, client.error());
   }
   // The data plane listens on the interface hvdrun chose, else on the address the
   // rendezvous connection leaves from (which the other hosts can route to).
@@ -112,19 +117,19 @@ Status Runtime::init() {
   std::string advertise = client->local_address();
   if (!iface.empty()) {
     auto a = interface_address(iface);
-    if (!a) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view->rank) + ": " + a.error().message);
+    if (!a) return as_rank(ErrorKind::kInvalidArgument, view->rank, a.error());
     advertise = *a;
   }
   auto listener = transport::listen_tcp(iface.empty() ? "" : advertise, advertise);
-  if (!listener) return err(HVD_ERR_INTERNAL, "rank " + std::to_string(view->rank) + ": " + listener.error().message);
+  if (!listener) return as_rank(ErrorKind::kInternal, view->rank, listener.error());
 
   // hvdrun owns the start time-out and names the missing ranks when it passes (its clock
   // may restart at the first registration): wait longer than it, so that its message wins.
   rdv::RegisterRequest req{view->rank, view->size, view->host, listener->addr, listener->port};
   auto reg = client->register_rank(req, deadline_in(2 * start_timeout + 10));
   if (!reg) {
-    int code = reg.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS;
-    return err(code, "rank " + std::to_string(view->rank) + ": " + reg.error().message);
+    const ErrorKind kind = reg.error().kind == ErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kRendezvous;
+    return as_rank(kind, view->rank, reg.error());
   }
   {
     std::lock_guard<std::mutex> lk(view_mu_);
@@ -132,6 +137,7 @@ Status Runtime::init() {
   }
   secret_ = *secret;
   client_.emplace(std::move(*client));
+  peer_hosts_.clear();  // another job's, after hvd_shutdown
   listener_ = std::move(*listener);
   ring_ = *reg;
   if (auto s = connect_ring(); !s) {
@@ -197,12 +203,12 @@ Status Runtime::connect_ring() {
   po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
   auto address = [](const rdv::PeerInfo& p) { return transport::PeerAddress{p.rank, p.host, p.addr, p.port}; };
-  Result<transport::Pair> right = Error{"not connected"};
+  Result<transport::Pair> right = make_error(ErrorKind::kInternal, "not connected");
   std::thread connector([&] { right = transport::connect_pair(address(ring_.right), po); });
   auto left = transport::accept_pair(listener_.fd.get(), address(ring_.left), po);
   connector.join();
-  if (!right) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + right.error().message);
-  if (!left) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + left.error().message);
+  if (!right) return as_rank(ErrorKind::kPeerLost, view_.rank, right.error());
+  if (!left) return as_rank(ErrorKind::kPeerLost, view_.rank, left.error());
   std::string to = !right->is_shm() ? "TCP" : right->shm()->single_copy() ? "shared memory (single copy)" : "shared memory";
   spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank, to, ring_.left.rank,
                 left->is_shm() ? "shared memory" : "TCP");
@@ -225,14 +231,14 @@ Status Runtime::connect_ring() {
     size_t max_bytes = shm_allreduce_bytes(view_.size);
     std::string why;
     auto attached = max_bytes ? ring_comm_->attach_group(view_.host, max_bytes, &why) : Result<bool>(false);
-    if (!attached) return err(HVD_ERR_PEER, "rank " + std::to_string(view_.rank) + ": " + attached.error().message);
+    if (!attached) return as_rank(ErrorKind::kPeerLost, view_.rank, attached.error());
     if (*attached)
       spdlog::debug("rank {}: allreduces of at most {} bytes through this host's shared segment", view_.rank, max_bytes);
     else if (max_bytes)
       spdlog::debug("rank {}: no shared segment for allreduces ({}): the ring carries them", view_.rank, why);
   }
   auto wanted = hierarchy_from_tunables();
-  if (!wanted) return err(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(view_.rank) + ": " + wanted.error().message);
+  if (!wanted) return as_rank(ErrorKind::kInvalidArgument, view_.rank, wanted.error());
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.
   if (wanted->any() && view_.local_size < view_.size && client_) {
     HierarchySetup hs{&*client_, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
@@ -291,13 +297,14 @@ Status Runtime::start_engine() {
                     "these names and others did not (different names, or different numbers of steps, deadlock the "
                     "job):\n",
                     check_s);
-      (void)client_->set("hvdrun/stall/warning", head + report);
+      (void)client_->set(rdv::kStallWarningKey, head + report);
       return;
     }
-    (void)client_->set("hvdrun/stall/shutdown", report);
+    (void)client_->set(rdv::kStallShutdownKey, report);
     if (fatal) (void)client_->report_fatal("stalled collectives past HVDRUN_STALL_SHUTDOWN_TIME_SECONDS:\n" + report);
   };
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
+  o.host_of = [this](int rank) { return peer_host(rank); };
   std::string tl = tunable_string("HVDRUN_TIMELINE");
   // The file is created once per process: hvd_init after hvd_shutdown goes on writing it
   // (its path exists by then, and Timeline::open never overwrites).
@@ -313,7 +320,8 @@ Status Runtime::start_engine() {
 
 Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!initialized_ || !engine_) return err(HVD_ERR_NOT_INITIALIZED, std::string(what) + ": call hvd_init() first");
+  if (!initialized_ || !engine_) return make_error(ErrorKind::kNotInitialized,
+                                                   std::string(what) + ": call hvd_init() first");
   return engine_;
 }
 
@@ -326,20 +334,24 @@ Result<hvd_handle_t> Runtime::submit(const char* what, Request r) {
 namespace {
 
 Status check_name(const char* what, const char* name) {
-  if (!name || !*name) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": the name is null or empty");
+  if (!name || !*name) return make_error(ErrorKind::kInvalidArgument,
+                                         std::string(what) + ": the name is null or empty");
   return {};
 }
 
 Status check_dtype(const char* what, hvd_dtype_t dtype) {
-  if (!dtype_valid(dtype)) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": invalid dtype " + std::to_string(dtype));
+  if (!dtype_valid(dtype)) return make_error(ErrorKind::kInvalidArgument,
+                                             std::string(what) + ": invalid dtype " + std::to_string(dtype));
   return {};
 }
 
 Status check_op(const char* what, hvd_dtype_t dtype, hvd_op_t op) {
-  if (!op_valid(op)) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": invalid op " + std::to_string(op));
+  if (!op_valid(op)) return make_error(ErrorKind::kInvalidArgument,
+                                       std::string(what) + ": invalid op " + std::to_string(op));
   if (op == HVD_OP_AVERAGE && !dtype_is_float(dtype))
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": average is for floating types, not " + dtype_name(dtype) +
-                                             " (use sum and divide)");
+    return make_error(ErrorKind::kInvalidArgument,
+                      std::string(what) + ": average is for floating types, not " + dtype_name(dtype) +
+                          " (use sum and divide)");
   return {};
 }
 
@@ -351,7 +363,7 @@ Result<bool> Runtime::on_device(const char* what, const void* a, const void* b) 
   auto mb = b == a ? ma : memory_of(b);
   if (!mb) return mb.error();
   if (*ma != *mb)
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": sendbuf is in " +
+    return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": sendbuf is in " +
                                              (*ma == Memory::kDevice ? "device" : "host") + " memory but recvbuf in " +
                                              (*mb == Memory::kDevice ? "device" : "host") +
                                              " memory (both must be on the same side)");
@@ -363,18 +375,20 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
                                               double postscale, const char* what, const hvd_dtype_t* dtypes) {
   if (auto s = check_name(what, name); !s) return s.error();
   if (n < 1 || !sends || !recvs || !counts)
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": needs at least one tensor (n = " + std::to_string(n) + ")");
+    return make_error(ErrorKind::kInvalidArgument,
+                      std::string(what) + ": needs at least one tensor (n = " + std::to_string(n) + ")");
   if (dtypes) dtype = dtypes[0];
   for (int i = 0; i < (dtypes ? n : 1); ++i) {
     const hvd_dtype_t t = dtypes ? dtypes[i] : dtype;
     if (auto s = check_dtype(what, t); !s) return s.error();
     if (auto s = check_op(what, t, op); !s) return s.error();
     if ((prescale != 1 || postscale != 1) && !dtype_is_float(t))
-      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale/postscale are for floating types, not " +
-                                               dtype_name(t));
+      return make_error(ErrorKind::kInvalidArgument,
+                        std::string(what) + ": prescale/postscale are for floating types, not " +
+                            dtype_name(t));
   }
   if (!std::isfinite(prescale) || !std::isfinite(postscale))
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": prescale and postscale must be finite");
+    return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": prescale and postscale must be finite");
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllreduce;
@@ -385,12 +399,13 @@ Result<hvd_handle_t> Runtime::allreduce_async(const char* name, int n, const voi
   bool any_device = false, first = true;
   for (int i = 0; i < n; ++i) {
     if (counts[i] && (!sends[i] || !recvs[i]))
-      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer (tensor " + std::to_string(i) + ")");
+      return make_error(ErrorKind::kInvalidArgument,
+                        std::string(what) + ": null buffer (tensor " + std::to_string(i) + ")");
     if (counts[i]) {
       auto dev = on_device(what, sends[i], recvs[i]);
       if (!dev) return dev.error();
       if (!first && *dev != any_device)
-        return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": tensors in both host and device memory");
+        return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": tensors in both host and device memory");
       any_device = *dev;
       first = false;
     }
@@ -411,9 +426,9 @@ Result<hvd_handle_t> Runtime::broadcast_async(const char* name, void* buf, size_
   if (auto s = check_dtype(what, dtype); !s) return s.error();
   int size = view().size;
   if (root < 0 || root >= size)
-    return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": root " + std::to_string(root) +
+    return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": root " + std::to_string(root) +
                                              " is not a rank of this job (size " + std::to_string(size) + ")");
-  if (count && !buf) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  if (count && !buf) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null buffer");
   if (auto s = check_broadcast_buffer(what, buf, count, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
@@ -434,7 +449,7 @@ Result<hvd_handle_t> Runtime::allgatherv_async(const char* name, const void* sen
                                                size_t row_elems, hvd_dtype_t dtype, const char* what) {
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
-  if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+  if (rows && row_elems && !send) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null buffer");
   const RankView v = view();
   if (auto s = check_allgather_buffers(what, send, recv, rows, row_elems, dtype, v.rank, v.size); !s) return s.error();
   Request r;
@@ -465,7 +480,7 @@ Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send,
   r.spec.row_elems = row_elems;
   if (!splits) {
     if (rows % size)
-      return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(rows) +
+      return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": " + std::to_string(rows) +
                                                " rows do not split equally over " + std::to_string(size) +
                                                " ranks (pass splits)");
     r.spec.splits.assign(size, rows / size);
@@ -474,7 +489,7 @@ Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send,
   }
   if (auto s = check_alltoall_buffers(what, send, rows, row_elems, splits, dtype, size); !s) return s.error();
   if (rows && row_elems) {
-    if (!send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null buffer");
+    if (!send) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null buffer");
     auto dev = on_device(what, send, send);
     if (!dev) return dev.error();
     r.spec.device = *dev;
@@ -490,8 +505,8 @@ Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* 
   if (auto s = check_op(what, dtype, op); !s) return s.error();
   const int size = view().size, rank = view().rank;
   size_t mine = rows / size + (static_cast<size_t>(rank) < rows % size ? 1 : 0);
-  if (rows && row_elems && !send) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null sendbuf");
-  if (mine && row_elems && !recv) return err(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": null recvbuf");
+  if (rows && row_elems && !send) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null sendbuf");
+  if (mine && row_elems && !recv) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null recvbuf");
   if (auto s = check_reducescatter_buffers(what, send, recv, rows, mine, row_elems, dtype); !s) return s.error();
   Request r;
   r.spec.name = name;
@@ -534,12 +549,12 @@ Status Runtime::wait(hvd_handle_t h) {
 }
 
 Status Runtime::result_rows(hvd_handle_t h, size_t* rows_per_rank) {
-  if (!rows_per_rank) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_result_rows: rows_per_rank is null");
+  if (!rows_per_rank) return make_error(ErrorKind::kInvalidArgument, "hvd_result_rows: rows_per_rank is null");
   auto e = engine("hvd_result_rows");
   if (!e) return e.error();
   std::vector<size_t> rows;
   if (auto s = (*e)->result_rows(h, &rows); !s) return s;
-  if (rows.empty()) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_result_rows: handle " + std::to_string(h) +
+  if (rows.empty()) return make_error(ErrorKind::kInvalidArgument, "hvd_result_rows: handle " + std::to_string(h) +
                                                              " is not an allgatherv or alltoall");
   std::copy(rows.begin(), rows.end(), rows_per_rank);
   return {};
@@ -610,7 +625,7 @@ Status Runtime::broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) 
 }
 
 Status Runtime::allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) {
-  if (count && !recv) return err(HVD_ERR_INVALID_ARGUMENT, "hvd_allgather: null buffer");
+  if (count && !recv) return make_error(ErrorKind::kInvalidArgument, "hvd_allgather: null buffer");
   return submit_and_wait(*this, "allgather", [&](const std::string& name) {
     return allgatherv_async(name.c_str(), send, recv, count, 1, dtype, "hvd_allgather");
   });
@@ -645,6 +660,15 @@ Status Runtime::shutdown() {
 void Runtime::report_fatal(const std::string& message) {
   std::lock_guard<std::mutex> lk(client_mu_);
   if (client_) (void)client_->report_fatal(message);
+}
+
+std::string Runtime::peer_host(int rank) {
+  std::lock_guard<std::mutex> lk(client_mu_);
+  if (auto it = peer_hosts_.find(rank); it != peer_hosts_.end()) return it->second;
+  if (!client_) return "";
+  auto p = client_->get_peer(rank, deadline_in(5));
+  if (!p) return "";  // not kept: the next report asks again
+  return peer_hosts_[rank] = p->host;
 }
 
 }  // namespace hvdrun

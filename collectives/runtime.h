@@ -28,7 +28,7 @@ struct RankView {
   std::string host = "localhost";
 };
 
-// Error with an hvd error code (HVD_ERR_*) in Error::code. Every collective goes through
+// Errors carry their kind (c_api.cc turns it into HVD_ERR_*). Every collective goes through
 // the engine: the async calls submit, the blocking ones submit and wait.
 class Runtime {
  public:
@@ -101,6 +101,9 @@ class Runtime {
 
   // Reports a fatal error to hvdrun, which tears the job down with it (best effort).
   void report_fatal(const std::string& message);
+  // A rank's host as it registered with the rendezvous ("" when unknown): the engine's
+  // stall report names it. Asked once per rank, then kept.
+  std::string peer_host(int rank);
 
   std::mutex& mutex() { return mu_; }
 
@@ -127,6 +130,7 @@ class Runtime {
   RankView view_;
   std::string secret_;
   std::optional<rdv::Client> client_;
+  std::map<int, std::string> peer_hosts_;  // peer_host's answers (under client_mu_)
   rdv::Registered ring_;
   transport::Listener listener_;
   std::unique_ptr<Ring> ring_comm_;

@@ -48,15 +48,17 @@ Result<std::unique_ptr<Timeline>> Timeline::open(const std::string& path, int ra
   // an earlier job's file) is neither followed nor overwritten.
   int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 && errno == EEXIST)
-    return Error{who + "the timeline file " + p + " exists already (an earlier job's?): hvdrun does not overwrite it; "
-                 "remove it or choose another timeline file",
-                 HVD_ERR_INVALID_ARGUMENT};
+    return make_error(ErrorKind::kInvalidArgument,
+                      who + "the timeline file " + p + " exists already (an earlier job's?): hvdrun does not overwrite it; "
+                          "remove it or choose another timeline file");
   if (fd < 0)
-    return Error{who + "cannot create the timeline file " + p + ": " + std::strerror(errno), HVD_ERR_INVALID_ARGUMENT};
+    return make_sys_error(ErrorKind::kInvalidArgument,
+                          who + "cannot create the timeline file " + p + ": " + std::strerror(errno), errno);
   FILE* f = ::fdopen(fd, "w");
   if (!f) {
     ::close(fd);
-    return Error{who + "cannot write the timeline file " + p + ": " + std::strerror(errno), HVD_ERR_INVALID_ARGUMENT};
+    return make_sys_error(ErrorKind::kInvalidArgument,
+                          who + "cannot write the timeline file " + p + ": " + std::strerror(errno), errno);
   }
   std::unique_ptr<Timeline> t(new Timeline(f, p, rank, mark_cycles));
   std::lock_guard<std::mutex> lk(t->mu_);

@@ -30,7 +30,8 @@ std::string new_secret() { return random_bytes(kSecretBytes); }
 Result<std::string> secret_from_hex(std::string_view hex) {
   auto raw = from_hex(hex);
   if (!raw || raw->size() != kSecretBytes)
-    return make_error("HVDRUN_SECRET is malformed: expected " + std::to_string(2 * kSecretBytes) + " hex digits");
+    return make_error(ErrorKind::kMalformed,
+                      "HVDRUN_SECRET is malformed: expected " + std::to_string(2 * kSecretBytes) + " hex digits");
   return raw;
 }
 

@@ -41,7 +41,8 @@ std::string socket_peer_address(int fd) {
 
 Result<std::vector<InterfaceAddress>> interface_addresses() {
   ifaddrs* ifs = nullptr;
-  if (getifaddrs(&ifs) != 0) return make_error(std::string("getifaddrs: ") + std::strerror(errno));
+  if (getifaddrs(&ifs) != 0) return make_sys_error(ErrorKind::kSystem,
+                                                   std::string("getifaddrs: ") + std::strerror(errno), errno);
   std::vector<InterfaceAddress> out;
   for (ifaddrs* i = ifs; i; i = i->ifa_next) {
     if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
@@ -95,7 +96,8 @@ Result<std::string> interface_address(const std::string& iface) {
     if (v6.empty()) v6 = a.addr;
   }
   if (!v6.empty()) return v6;
-  return make_error("network interface '" + iface + "' has no IP address (or does not exist)");
+  return make_error(ErrorKind::kInvalidArgument,
+                    "network interface '" + iface + "' has no IP address (or does not exist)");
 }
 
 Result<std::string> interface_with_address(const std::string& addr) {
@@ -103,19 +105,19 @@ Result<std::string> interface_with_address(const std::string& addr) {
   if (!all) return all.error();
   for (const auto& a : *all)
     if (a.addr == addr) return a.iface;
-  return make_error("no network interface has the address " + addr);
+  return make_error(ErrorKind::kInvalidArgument, "no network interface has the address " + addr);
 }
 
 Result<int> free_tcp_port() {
   UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return make_error(std::string("socket: ") + std::strerror(errno));
+  if (!s.valid()) return make_sys_error(ErrorKind::kSystem, std::string("socket: ") + std::strerror(errno), errno);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof a;
   if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
       getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return make_error(std::string("bind: ") + std::strerror(errno));
+    return make_sys_error(ErrorKind::kSystem, std::string("bind: ") + std::strerror(errno), errno);
   return static_cast<int>(ntohs(a.sin_port));
 }
 

@@ -17,19 +17,20 @@ int ms_until(std::chrono::steady_clock::time_point deadline) {
 
 Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline) {
   UniqueFd fd(socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return make_error(std::string("socket: ") + std::strerror(errno), errno);
+  if (!fd.valid()) return make_sys_error(ErrorKind::kSystem, std::string("socket: ") + std::strerror(errno), errno);
   if (::connect(fd.get(), sa, len) != 0) {
-    if (errno != EINPROGRESS) return make_error(std::strerror(errno), errno);
+    if (errno != EINPROGRESS) return make_sys_error(ErrorKind::kSystem, std::strerror(errno), errno);
     pollfd p{fd.get(), POLLOUT, 0};
     int ready;
     while ((ready = poll(&p, 1, ms_until(deadline))) < 0 && errno == EINTR) {
     }
-    if (ready == 0) return make_error("connection timed out", ETIMEDOUT);
-    if (ready < 0) return make_error(std::string("poll: ") + std::strerror(errno), errno);
+    if (ready == 0) return make_sys_error(ErrorKind::kTimeout, "connection timed out", ETIMEDOUT);
+    if (ready < 0) return make_sys_error(ErrorKind::kSystem, std::string("poll: ") + std::strerror(errno), errno);
     int err = 0;
     socklen_t elen = sizeof err;
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
-    if (err) return make_error(std::strerror(err), err);
+    if (err == ETIMEDOUT) return make_sys_error(ErrorKind::kTimeout, std::strerror(err), err);
+    if (err) return make_sys_error(ErrorKind::kSystem, std::strerror(err), err);
   }
   return fd;
 }
@@ -65,8 +66,8 @@ Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::ch
   double backoff = 0.01;
   while (true) {
     auto fd = connect_tcp(sa, len, deadline);
-    if (fd || !transient_connect_error(fd.error().code, refused) || Clock::now() >= deadline) return fd;
-    if (fd.error().code != ECONNREFUSED && Clock::now() >= unreachable_until) return fd;
+    if (fd || !transient_connect_error(fd.error().sys_errno, refused) || Clock::now() >= deadline) return fd;
+    if (fd.error().sys_errno != ECONNREFUSED && Clock::now() >= unreachable_until) return fd;
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng), left);
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));
@@ -84,15 +85,15 @@ Status exact(int fd, char* buf, size_t len, bool writing, std::chrono::steady_cl
       off += static_cast<size_t>(n);
       continue;
     }
-    if (n == 0 && !writing) return make_error("closed by the peer", kPeerClosed);
+    if (n == 0 && !writing) return make_error(ErrorKind::kPeerLost, "closed by the peer");
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd p{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
-      if (poll(&p, 1, ms_until(deadline)) == 0) return make_error("timed out", ETIMEDOUT);
+      if (poll(&p, 1, ms_until(deadline)) == 0) return make_sys_error(ErrorKind::kTimeout, "timed out", ETIMEDOUT);
       continue;
     }
     int err = n < 0 ? errno : EPIPE;
-    return make_error(std::strerror(err), err);
+    return make_sys_error(ErrorKind::kSystem, std::strerror(err), err);
   }
   return {};
 }
@@ -117,7 +118,7 @@ Status write_all(int fd, std::string_view data) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;
-      return make_error(std::strerror(err), err);
+      return make_sys_error(ErrorKind::kSystem, std::strerror(err), err);
     }
     data.remove_prefix(static_cast<size_t>(n));
   }

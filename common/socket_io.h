@@ -14,14 +14,14 @@
 
 namespace hvdrun {
 
-// Error codes: kPeerClosed (end of stream), ETIMEDOUT (the deadline passed), else errno.
-constexpr int kPeerClosed = -1;
+// Error kinds: kPeerLost (end of stream), kTimeout (the deadline passed, sys_errno
+// ETIMEDOUT), else kSystem with the errno.
 
 // Milliseconds from now until `deadline` (0 when past), for poll().
 int ms_until(std::chrono::steady_clock::time_point deadline);
 
 // A non-blocking, close-on-exec TCP connection to `sa`, established before `deadline`.
-// Errors: ETIMEDOUT, else the connect errno (ECONNREFUSED, EHOSTUNREACH, ...).
+// Errors: kTimeout (ETIMEDOUT), else kSystem with the connect errno (ECONNREFUSED, EHOSTUNREACH, ...).
 Result<UniqueFd> connect_tcp(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline);
 
 // Whether a refused connection is worth another try: kRetry while the listener may not be
@@ -40,7 +40,7 @@ Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::ch
 Status write_exact(int fd, const void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
 
 // All of `data` to a blocking fd (a pipe or a file), retrying partial writes and EINTR.
-// The error carries errno (EPIPE when the reader is gone; SIGPIPE must be ignored).
+// The error carries sys_errno (EPIPE when the reader is gone; SIGPIPE must be ignored).
 Status write_all(int fd, std::string_view data);
 Status read_exact(int fd, void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
 

@@ -33,12 +33,11 @@ Result<long long> parse_int(std::string_view s, std::string_view what, long long
   long long v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
-    return make_error(std::string(what) + " '" + std::string(s) + "': expected an integer", 2);
+    return make_error(ErrorKind::kUsage, std::string(what) + " '" + std::string(s) + "': expected an integer");
   }
   if (v < min || v > max) {
-    return make_error(std::string(what) + " '" + std::string(s) + "': expected an integer from " +
-                          std::to_string(min) + " to " + std::to_string(max),
-                      2);
+    return make_error(ErrorKind::kUsage, std::string(what) + " '" + std::string(s) + "': expected an integer from " +
+                                             std::to_string(min) + " to " + std::to_string(max));
   }
   return v;
 }
@@ -48,13 +47,13 @@ Result<double> parse_double(std::string_view s, std::string_view what, double mi
   char* end = nullptr;
   double v = std::strtod(str.c_str(), &end);
   if (str.empty() || end != str.c_str() + str.size() || !std::isfinite(v)) {
-    return make_error(std::string(what) + " '" + str + "': expected a number", 2);
+    return make_error(ErrorKind::kUsage, std::string(what) + " '" + str + "': expected a number");
   }
   if (v < min || v > max) {
     char buf[128];
     snprintf(buf, sizeof buf, "%s '%s': expected a number from %g to %g", std::string(what).c_str(), str.c_str(), min,
              max);
-    return make_error(buf, 2);
+    return make_error(ErrorKind::kUsage, buf);
   }
   return v;
 }
@@ -98,11 +97,11 @@ Result<std::string> from_hex(std::string_view hex) {
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
-  if (hex.size() % 2) return make_error("odd-length hex string");
+  if (hex.size() % 2) return make_error(ErrorKind::kMalformed, "odd-length hex string");
   std::string out(hex.size() / 2, '\0');
   for (size_t i = 0; i < out.size(); ++i) {
     int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return make_error("invalid hex digit");
+    if (hi < 0 || lo < 0) return make_error(ErrorKind::kMalformed, "invalid hex digit");
     out[i] = static_cast<char>(hi << 4 | lo);
   }
   return out;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <set>
 
+#include "launcher/exit_status.h"
 #include "launcher/line_splitter.h"
 
 namespace hvdrun {
@@ -233,7 +234,7 @@ void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_st
     auto spawned = runner_.spawn(l.request);
     if (!spawned) {
       teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,
-               spawned.error().code);
+               exit_code_for(spawned.error()));
       break;
     }
     Worker w;

@@ -36,7 +36,8 @@ T field(const nlohmann::json& j, const char* key, T fallback) {
 template <class T, class Fill>
 Result<T> decode_report(const std::string& text, const char* what, Fill fill) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) return make_error(std::string("bad ") + what + " report from the agent: not a JSON object");
+  if (!j.is_object()) return make_error(ErrorKind::kMalformed,
+                                        std::string("bad ") + what + " report from the agent: not a JSON object");
   T t;
   fill(j, t);
   return t;
@@ -68,10 +69,11 @@ Result<AgentJob> decode_job(const std::string& text) {
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});
-    if (job.ranks.empty() || job.ranks[0].argv.empty()) return make_error("job without ranks or command");
+    if (job.ranks.empty() || job.ranks[0].argv.empty()) return make_error(ErrorKind::kMalformed,
+                                                                          "job without ranks or command");
     return job;
   } catch (const std::exception& e) {
-    return make_error(std::string("bad job description: ") + e.what());
+    return make_error(ErrorKind::kMalformed, std::string("bad job description: ") + e.what());
   }
 }
 
@@ -103,7 +105,8 @@ Result<AgentHello> decode_hello(const std::string& text) {
         ia.addr = a.at("addr").get<std::string>();
         ia.v6 = ia.addr.find(':') != std::string::npos;
         ia.prefix = a.at("prefix").get<int>();
-        if (ia.prefix < 0 || ia.prefix > (ia.v6 ? 128 : 32)) return make_error("bad hello from the agent: prefix out of range");
+        if (ia.prefix < 0 || ia.prefix > (ia.v6 ? 128 : 32)) return make_error(ErrorKind::kMalformed,
+                                                                               "bad hello from the agent: prefix out of range");
         h.ifaces.push_back(std::move(ia));
       }
     h.free_port = j.value("free_port", 0);
@@ -111,7 +114,7 @@ Result<AgentHello> decode_hello(const std::string& text) {
     h.host_addr = j.value("host_addr", "");
     return h;
   } catch (const std::exception& e) {
-    return make_error(std::string("bad hello from the agent: ") + e.what());
+    return make_error(ErrorKind::kMalformed, std::string("bad hello from the agent: ") + e.what());
   }
 }
 
@@ -128,7 +131,7 @@ Result<AgentAttach> decode_attach(const std::string& text) {
     a.node = j.at("node").get<std::string>();
     return a;
   } catch (const std::exception& e) {
-    return make_error(std::string("bad attach message from an agent: ") + e.what());
+    return make_error(ErrorKind::kMalformed, std::string("bad attach message from an agent: ") + e.what());
   }
 }
 
@@ -140,7 +143,7 @@ Result<AgentSetupError> decode_setup_error(const std::string& text) {
   return decode_report<AgentSetupError>(text, "setup error", [](const nlohmann::json& j, AgentSetupError& v) {
     v.message = field(j, "message", v.message);
     v.code = field(j, "code", v.code);
-    v.kind = error_kind_from_int(field(j, "kind", 0));
+    v.kind = error_kind_from_int(field(j, "kind", 0), ErrorKind::kLaunchFailed);
   });
 }
 

@@ -63,7 +63,7 @@ Result<AgentAttach> decode_attach(const std::string& json);
 struct AgentSetupError {
   std::string message = "setup failed";
   int code = exit_code::kLaunchFailed;
-  ErrorKind kind = ErrorKind::kUnspecified;
+  ErrorKind kind = ErrorKind::kLaunchFailed;
 };
 std::string encode_setup_error(const AgentSetupError& e);
 Result<AgentSetupError> decode_setup_error(const std::string& json);

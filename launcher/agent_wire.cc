@@ -36,10 +36,11 @@ std::string encode_output(int rank, int stream, std::string_view lines) {
 }
 
 Status decode_output(std::string_view payload, int* rank, int* stream, std::string_view* lines) {
-  if (payload.size() < 5) return make_error("output frame of " + std::to_string(payload.size()) + " bytes");
+  if (payload.size() < 5) return make_error(ErrorKind::kMalformed,
+                                            "output frame of " + std::to_string(payload.size()) + " bytes");
   *rank = static_cast<int>(get_u32(payload.data()));
   *stream = static_cast<unsigned char>(payload[4]);
-  if (*stream > 1) return make_error("output frame for stream " + std::to_string(*stream));
+  if (*stream > 1) return make_error(ErrorKind::kMalformed, "output frame for stream " + std::to_string(*stream));
   *lines = payload.substr(5);
   return {};
 }
@@ -50,7 +51,8 @@ std::string encode_signal(int sig) {
 }
 
 Result<int> decode_signal(std::string_view payload) {
-  if (payload.size() != 1) return make_error("signal frame of " + std::to_string(payload.size()) + " bytes (expected 1)");
+  if (payload.size() != 1) return make_error(ErrorKind::kMalformed,
+                                             "signal frame of " + std::to_string(payload.size()) + " bytes (expected 1)");
   return static_cast<int>(static_cast<unsigned char>(payload[0]));
 }
 
@@ -63,8 +65,9 @@ Status FrameReader::feed(std::string_view bytes) {
     if (len == 0 || len > kMaxFrame || type < static_cast<uint8_t>(Type::kHello) ||
         type > static_cast<uint8_t>(Type::kSlurmSignal)) {
       buf_.erase(0, pos);  // what stuck_at() quotes
-      return make_error("the agent's stream is not a frame at byte " + std::to_string(framed_) + ": '" + stuck_at() +
-                        "'");
+      return make_error(ErrorKind::kMalformed,
+                        "the agent's stream is not a frame at byte " + std::to_string(framed_) + ": '" + stuck_at() +
+                            "'");
     }
     if (buf_.size() - pos - 4 < len) break;
     frames_.push_back({static_cast<Type>(type), buf_.substr(pos + 5, len - 1)});
@@ -77,8 +80,9 @@ Status FrameReader::feed(std::string_view bytes) {
 
 Status FrameReader::finish() const {
   if (buf_.empty()) return {};
-  return make_error("the agent's stream ended inside a frame at byte " + std::to_string(framed_) + ": '" +
-                    stuck_at() + "'");
+  return make_error(ErrorKind::kMalformed,
+                    "the agent's stream ended inside a frame at byte " + std::to_string(framed_) + ": '" +
+                        stuck_at() + "'");
 }
 
 std::string FrameReader::stuck_at() const { return printable(buf_, 80); }

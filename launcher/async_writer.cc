@@ -91,7 +91,7 @@ void AsyncWriter::run() {
       done += queued_bytes_;
       queue_.clear();
       queued_bytes_ = 0;
-      if (on_failure_) on_failure_(st.error().code);
+      if (on_failure_) on_failure_(st.error().sys_errno);
     }
     cv_.notify_all();
     if (on_done_) {

@@ -1,5 +1,7 @@
 #include "launcher/exit_status.h"
 
+#include <cassert>
+
 namespace hvdrun {
 
 const std::vector<ExitStatusRow>& exit_status_table() {
@@ -35,7 +37,17 @@ const std::vector<ExitStatusRow>& exit_status_table() {
        "hvdrun received signal N (SIGHUP, SIGINT, SIGTERM: 129, 130, 143) and tore the job down: 128+N."},
       {ErrorKind::kTimeout, "timeout", exit_code::kInternal, "(worker side) no progress within HVDRUN_TIMEOUT."},
       {ErrorKind::kPeerLost, "peer lost", exit_code::kInternal, "(worker side) a peer closed its connection."},
-      {ErrorKind::kUnspecified, "error", -1, "An error without a kind: its own code."},
+      // The worker side's kinds and those of the layers under both: a bug if one ends hvdrun.
+      {ErrorKind::kNotInitialized, "not initialized", exit_code::kInternal, "(worker side) hvd_init has not run."},
+      {ErrorKind::kInvalidArgument, "invalid argument", exit_code::kInternal, "(worker side) a bad argument."},
+      {ErrorKind::kMismatch, "mismatch", exit_code::kInternal, "(worker side) ranks called a collective differently."},
+      {ErrorKind::kUnsupported, "unsupported", exit_code::kInternal, "(worker side) not available in this build."},
+      {ErrorKind::kRendezvous, "rendezvous failed", exit_code::kInternal, "(worker side) the rendezvous failed."},
+      {ErrorKind::kCuda, "CUDA error", exit_code::kInternal, "(worker side) a CUDA runtime error."},
+      {ErrorKind::kNccl, "NCCL error", exit_code::kInternal, "(worker side) an NCCL error."},
+      {ErrorKind::kSystem, "system error", exit_code::kInternal, "An operating-system call failed."},
+      {ErrorKind::kMalformed, "malformed", exit_code::kInternal, "Bytes from a peer or a file that are not valid."},
+      {ErrorKind::kMissingKey, "missing key", exit_code::kInternal, "A key-value store has no such key."},
   };
   return rows;
 }
@@ -43,26 +55,30 @@ const std::vector<ExitStatusRow>& exit_status_table() {
 const ExitStatusRow& exit_status_row(ErrorKind kind) {
   for (const auto& r : exit_status_table())
     if (r.kind == kind) return r;
-  return exit_status_table().back();
+  assert(false && "every ErrorKind has a row (exit_status_test holds it)");
+  return exit_status_table().front();  // kInternal
 }
 
 const char* error_kind_name(ErrorKind kind) { return exit_status_row(kind).name; }
 
-ErrorKind error_kind_from_int(int v) {
+ErrorKind error_kind_from_int(int v, ErrorKind otherwise) {
   for (const auto& r : exit_status_table())
     if (static_cast<int>(r.kind) == v) return r.kind;
-  return ErrorKind::kUnspecified;
+  return otherwise;
 }
 
 int exit_code_for(const Error& e) {
   int code = exit_status_row(e.kind).exit_code;
-  if (code < 0) code = e.code;
+  if (code < 0) code = e.exit_code;
   return code == 0 ? exit_code::kInternal : code;
 }
 
-Error error_of(ErrorKind kind, std::string message) {
-  int code = exit_status_row(kind).exit_code;
-  return make_error(kind, std::move(message), code < 0 ? 1 : code);
+Error error_of(ErrorKind kind, std::string message) { return make_error(kind, std::move(message)); }
+
+Error rank_error(ErrorKind kind, std::string message, int exit_code) {
+  Error e = make_error(kind, std::move(message));
+  e.exit_code = exit_code;
+  return e;
 }
 
 }  // namespace hvdrun

@@ -21,16 +21,17 @@ struct ExitStatusRow {
 const std::vector<ExitStatusRow>& exit_status_table();
 const ExitStatusRow& exit_status_row(ErrorKind kind);
 const char* error_kind_name(ErrorKind kind);
-// A kind sent as a number (the agent's setup error); kUnspecified for a number that is none.
-ErrorKind error_kind_from_int(int v);
+// A kind sent as a number (the agent's setup error); `otherwise` for a number that is none.
+ErrorKind error_kind_from_int(int v, ErrorKind otherwise);
 
-// The exit code for an error: its kind's, else (kUnspecified, or a kind whose code is
-// the error's own) its code; never 0 for an error.
+// The exit code for an error: its kind's, else (a kind whose code is the error's own: a
+// rank's, 128 + a signal) its exit_code; never 0 for an error.
 int exit_code_for(const Error& e);
 
-// An error of `kind` whose code is also the kind's exit code (for code that still reads
-// `code`).
+// An error of `kind` (the launcher's spelling of make_error).
 Error error_of(ErrorKind kind, std::string message);
+// An error whose exit code is its own (kRankFailed, kRankKilled, kInterrupted).
+Error rank_error(ErrorKind kind, std::string message, int exit_code);
 
 // Exit codes of hvdrun itself, from the table (a worker's failure gives that worker's code).
 namespace exit_code {

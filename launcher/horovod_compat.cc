@@ -57,9 +57,8 @@ std::string probe_python(const std::vector<std::string>& command) {
 Status check_horovod_compat_dir(const std::string& dir) {
   struct stat st {};
   if (stat((dir + "/horovod/torch/__init__.py").c_str(), &st) != 0)
-    return make_error("--horovod-compat: hvdrun's horovod shim is not installed at " + dir +
-                          " (expected horovod/torch/__init__.py there; install hvdrun with cmake --install or pip)",
-                      2);
+    return make_error(ErrorKind::kUsage, "--horovod-compat: hvdrun's horovod shim is not installed at " + dir +
+                                             " (expected horovod/torch/__init__.py there; install hvdrun with cmake --install or pip)");
   return {};
 }
 
@@ -69,14 +68,16 @@ Result<std::string> real_horovod_location(const std::string& python, const std::
   for (const auto& kv : env)
     if (starts_with(kv, "PATH=")) path = kv.substr(5);
   auto exe = resolve_program(python, path);
-  if (!exe) return make_error("--horovod-compat: cannot run " + python + " to look for a real Horovod: " +
-                                  exe.error().message, 2);
+  if (!exe) return make_error(ErrorKind::kUsage,
+                              "--horovod-compat: cannot run " + python + " to look for a real Horovod: " +
+                                  exe.error().message);
   SpawnRequest req;
   req.exe = *exe;
   req.argv = {python, "-c", kProbe};
   req.env = env;
   auto w = spawn_worker(req);
-  if (!w) return make_error("--horovod-compat: cannot run " + python + ": " + w.error().message, 3);
+  if (!w) return make_error(ErrorKind::kLaunchFailed,
+                            "--horovod-compat: cannot run " + python + ": " + w.error().message);
   std::string out, err;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool out_open = true, err_open = true, timed_out = false;
@@ -106,11 +107,11 @@ Result<std::string> real_horovod_location(const std::string& python, const std::
   while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out)
-    return make_error("--horovod-compat: " + python + " did not say within " + std::to_string(int(timeout_s)) +
-                          " s whether a real Horovod is importable",
-                      3);
+    return make_error(ErrorKind::kLaunchFailed, "--horovod-compat: " + python + " did not say within " +
+                                                     std::to_string(int(timeout_s)) + " s whether a real Horovod is importable");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return make_error("--horovod-compat: " + python + " failed while looking for a real Horovod: " + std::string(trim(err)), 2);
+    return make_error(ErrorKind::kUsage,
+                      "--horovod-compat: " + python + " failed while looking for a real Horovod: " + std::string(trim(err)));
   std::string where(trim(out));
   if (where.empty()) return std::string();
   // The shim itself, already on the PYTHONPATH, is not a real Horovod.

@@ -100,7 +100,7 @@ class SshLink : public HostLink {
     size_t off = 0;
     while (off < data.size()) {
       int n = ssh_channel_write(channel_.get(), data.data() + off, static_cast<uint32_t>(data.size() - off));
-      if (n == SSH_ERROR) return make_error(label_ + ": " + ssh_get_error(session_.get()));
+      if (n == SSH_ERROR) return make_error(ErrorKind::kLaunchFailed, label_ + ": " + ssh_get_error(session_.get()));
       off += static_cast<size_t>(n);
     }
     return {};
@@ -112,11 +112,12 @@ class SshLink : public HostLink {
     char buf[65536];
     drain_stderr();
     int n = ssh_channel_read_timeout(channel_.get(), buf, sizeof buf, 0, timeout_ms);
-    if (n == SSH_ERROR) return make_error(label_ + ": connection lost (" + std::string(ssh_get_error(session_.get())) + ")");
+    if (n == SSH_ERROR) return make_error(ErrorKind::kLaunchFailed,
+                                          label_ + ": connection lost (" + std::string(ssh_get_error(session_.get())) + ")");
     if (n > 0) return std::string(buf, static_cast<size_t>(n));
     drain_stderr();
     if (ssh_channel_is_eof(channel_.get()) || !ssh_channel_is_open(channel_.get()))
-      return make_error(label_ + ": the agent closed its output", kPeerClosed);
+      return make_error(ErrorKind::kPeerLost, label_ + ": the agent closed its output");
     return std::string();
   }
 
@@ -161,7 +162,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   static std::once_flag init;
   std::call_once(init, [] { ssh_init(); });
   Session session(ssh_new());
-  if (!session) return make_error(host + ": cannot create an SSH session");
+  if (!session) return make_error(ErrorKind::kLaunchFailed, host + ": cannot create an SSH session");
   ssh_session ss = session.get();
   ssh_options_set(ss, SSH_OPTIONS_HOST, host.c_str());
   if (!s.ssh_dir.empty()) ssh_options_set(ss, SSH_OPTIONS_SSH_DIR, s.ssh_dir.c_str());
@@ -169,7 +170,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   std::string config = s.ssh_dir + "/config";
   struct stat st {};
   if (!s.ssh_dir.empty() && stat(config.c_str(), &st) == 0 && ssh_options_parse_config(ss, config.c_str()) != 0)
-    return make_error(host + ": cannot parse " + config + ": " + ssh_get_error(ss));
+    return make_error(ErrorKind::kLaunchFailed, host + ": cannot parse " + config + ": " + ssh_get_error(ss));
   int no = 0;
   ssh_options_set(ss, SSH_OPTIONS_PROCESS_CONFIG, &no);
   if (s.port > 0) ssh_options_set(ss, SSH_OPTIONS_PORT, &s.port);
@@ -186,7 +187,8 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   auto bound = [&] { set_session_timeout(ss, seconds_until(deadline)); };
 
   bound();
-  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
+  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost,
+                                                   label + ": " + connect_cause(ssh_get_error(ss)));
   fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
 
   if (s.host_key_policy != HostKeyPolicy::kNo) {
@@ -201,13 +203,15 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
       case SSH_KNOWN_HOSTS_UNKNOWN:
       case SSH_KNOWN_HOSTS_NOT_FOUND:
         if (s.host_key_policy == HostKeyPolicy::kYes)
-          return make_error(ErrorKind::kAuth, label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
-                            "/known_hosts first)");
+          return make_error(ErrorKind::kAuth,
+                            label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
+                                "/known_hosts first)");
         if (ssh_session_update_known_hosts(ss) != SSH_OK)
-          return make_error(label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
+          return make_error(ErrorKind::kLaunchFailed,
+                            label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
         break;
       case SSH_KNOWN_HOSTS_ERROR:
-        return make_error(label + ": cannot check the host key: " + ssh_get_error(ss));
+        return make_error(ErrorKind::kLaunchFailed, label + ": cannot check the host key: " + ssh_get_error(ss));
     }
   }
 
@@ -215,7 +219,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   if (!s.identity_file.empty()) {
     ssh_key raw = nullptr;
     if (ssh_pki_import_privkey_file(s.identity_file.c_str(), nullptr, nullptr, nullptr, &raw) != SSH_OK)
-      return make_error(label + ": cannot read the identity file " + s.identity_file +
+      return make_error(ErrorKind::kLaunchFailed, label + ": cannot read the identity file " + s.identity_file +
                         " (missing, unreadable, or protected by a passphrase)");
     Key key(raw);
     bound();
@@ -233,12 +237,12 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   Channel channel(ssh_channel_new(ss));
   if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
     if (auto e = timed_out("opening a session channel")) return *e;
-    return make_error(label + ": cannot open a session channel: " + ssh_get_error(ss));
+    return make_error(ErrorKind::kLaunchFailed, label + ": cannot open a session channel: " + ssh_get_error(ss));
   }
   bound();
   if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
     if (auto e = timed_out("starting the agent")) return *e;
-    return make_error(label + ": cannot run the agent: " + ssh_get_error(ss));
+    return make_error(ErrorKind::kLaunchFailed, label + ": cannot run the agent: " + ssh_get_error(ss));
   }
   return std::unique_ptr<HostLink>(new SshLink(std::move(session), std::move(channel), label));
 }
@@ -289,7 +293,8 @@ class CommandLink : public HostLink {
 
   Status write(std::string_view data) override {
     if (auto s = write_all(in_.get(), data); !s)
-      return make_error(label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
+      return make_error(ErrorKind::kLaunchFailed,
+                        label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
     return {};
   }
 
@@ -312,7 +317,7 @@ class CommandLink : public HostLink {
         ssize_t r = ::read(out_.get(), buf, sizeof buf);
         if (r > 0) return std::string(buf, static_cast<size_t>(r));
         if (r < 0 && errno == EINTR) continue;
-        return make_error(label_ + ": the agent closed its output", kPeerClosed);
+        return make_error(ErrorKind::kPeerLost, label_ + ": the agent closed its output");
       }
     }
   }
@@ -370,7 +375,8 @@ Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::strin
   auto exe = resolve_program(argv[0], path ? path : "");
   if (!exe) return error_of(ErrorKind::kUsage, host + ": " + exe.error().message);
   int in[2];
-  if (pipe2(in, O_CLOEXEC) != 0) return make_error(host + ": pipe: " + std::strerror(errno));
+  if (pipe2(in, O_CLOEXEC) != 0) return make_sys_error(ErrorKind::kLaunchFailed,
+                                                       host + ": pipe: " + std::strerror(errno), errno);
   UniqueFd in_rd(in[0]), in_wr(in[1]);
   SpawnRequest req;
   req.exe = *exe;
@@ -378,7 +384,7 @@ Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::strin
   for (char** e = environ; *e; ++e) req.env.push_back(*e);
   req.stdin_fd = in_rd.get();
   auto spawned = spawn_worker(req);
-  if (!spawned) return make_error(host + ": " + spawned.error().message);
+  if (!spawned) return make_error(ErrorKind::kLaunchFailed, host + ": " + spawned.error().message);
   return std::unique_ptr<HostLink>(
       new CommandLink(spawned->pid, std::move(in_wr), std::move(spawned->out), std::move(spawned->err), host));
 }

@@ -33,7 +33,7 @@ class HostLink {
   // Bytes write() takes now without blocking (0 when the far side has stopped reading).
   virtual size_t write_room() = 0;
   // Up to `timeout_ms` for the agent's stdout: bytes, "" on time-out, an error with code
-  // kPeerClosed at EOF, another error when the connection failed.
+  // kPeerLost at EOF, another error when the connection failed.
   virtual Result<std::string> read(int timeout_ms) = 0;
   virtual std::string stderr_text() = 0;      // what the remote command printed on stderr; only grows
   virtual std::optional<int> exit_status() = 0;  // once the remote command has ended

@@ -25,6 +25,7 @@
 #include "common/tunables.h"
 #include "common/unique_fd.h"
 #include "rendezvous/auth.h"
+#include "rendezvous/protocol.h"
 #include "rendezvous/server.h"
 #include "common/net.h"
 #include "launcher/addressing.h"
@@ -106,10 +107,8 @@ int fail_all(const std::vector<Error>& errors, size_t hosts, const std::string& 
   for (const auto& e : errors) std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
   std::fprintf(stderr, "hvdrun: %zu of %zu remote host(s) %s; nothing was started on any host\n", errors.size(), hosts,
                what.c_str());
-  // The first host's kind decides; an error without one is a launch failure.
-  const Error& first = errors.front();
-  if (first.kind != ErrorKind::kUnspecified) return exit_code_for(first);
-  return first.code > 1 ? first.code : exit_code::kLaunchFailed;
+  // The first host's kind decides.
+  return exit_code_for(errors.front());
 }
 
 }  // namespace
@@ -306,40 +305,21 @@ int run_job(const LaunchOptions& opts, char** envp) {
   }
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;
-  // libhvdrun's stall reports name ranks ("rank 3 has not submitted: ..."): add their hosts.
-  auto with_hosts = [&p](std::string text) {
-    std::string out;
-    size_t at = 0;
-    const std::string tail = " has not submitted:";
-    while (true) {
-      size_t k = text.find(tail, at);
-      if (k == std::string::npos) break;
-      size_t start = text.rfind("rank ", k);
-      int r = -1;
-      if (start != std::string::npos && start >= at) r = std::atoi(text.c_str() + start + 5);
-      out += text.substr(at, k - at);
-      if (r >= 0 && r < static_cast<int>(p.ranks.size())) out += " (host " + p.ranks[r].host + ")";
-      at = k;
-      out += tail;
-      at += tail.size();
-    }
-    return out + text.substr(at);
-  };
   // Both run on the rendezvous thread, a rank's silence report before its fatal one.
   auto silent_peer = std::make_shared<std::map<int, int>>();
   cb.on_silent = [silent_peer](int rank, int peer) { (*silent_peer)[rank] = peer; };
-  cb.on_fatal = [&agent, &p, with_hosts, silent_peer](int rank, const std::string& message) {
+  cb.on_fatal = [&agent, &p, silent_peer](int rank, const std::string& message) {
     std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " (host " + p.ranks[rank].host + ")" : "a worker";
     if (auto it = silent_peer->find(rank); it != silent_peer->end()) {
-      agent.report_silence(rank, it->second, who + ": " + with_hosts(message));
+      agent.report_silence(rank, it->second, who + ": " + message);
       return;
     }
-    agent.request_teardown("hvdrun: " + who + ": " + with_hosts(message), 1);
+    agent.request_teardown("hvdrun: " + who + ": " + message, 1);
   };
-  cb.on_stall = [with_hosts](int, const std::string& key, const std::string& report) {
-    if (key != "hvdrun/stall/warning") return;  // the shutdown one comes as a fatal report
+  cb.on_stall = [](int, const std::string& key, const std::string& report) {
+    if (key != rdv::kStallWarningKey) return;  // the shutdown one comes as a fatal report
     // The report says the workers' stall time (-x may set it for them alone).
-    std::string msg = "hvdrun: warning: " + with_hosts(report);
+    std::string msg = "hvdrun: warning: " + report;
     std::fwrite(msg.data(), 1, msg.size(), stderr);
     std::fflush(stderr);
   };

@@ -118,7 +118,8 @@ std::string node_name() {
 // shares hvdrun's network stack; then prove the job's token (kAttach).
 Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node) {
   auto parts = split(spec, ' ');
-  if (parts.size() != 2) return make_error("HVDRUN_AGENT_CONNECT '" + spec + "': expected 'PORT ADDR,...'");
+  if (parts.size() != 2) return make_error(ErrorKind::kMalformed,
+                                           "HVDRUN_AGENT_CONNECT '" + spec + "': expected 'PORT ADDR,...'");
   auto port = parse_int(parts[0], "HVDRUN_AGENT_CONNECT port", 1, 65535);
   if (!port) return port.error();
   auto mine = interface_addresses();
@@ -154,11 +155,11 @@ Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node)
     att.task = static_cast<int>(tunable_int("SLURM_PROCID"));
     att.node = node;
     if (!write_all(fd->get(), agentwire::encode(Type::kAttach, encode_attach(att))))
-      return make_error("lost the connection to hvdrun at " + addr);
+      return make_error(ErrorKind::kPeerLost, "lost the connection to hvdrun at " + addr);
     return std::move(*fd);
   }
-  return make_error("cannot reach hvdrun on port " + parts[0] + " at any of its addresses: " +
-                    (tried.empty() ? "none usable from here" : tried));
+  return make_error(ErrorKind::kSystem, "cannot reach hvdrun on port " + parts[0] + " at any of its addresses: " +
+                                         (tried.empty() ? "none usable from here" : tried));
 }
 
 // Started by srun: the ranks carry hvdrun's environment, whose Slurm variables describe
@@ -205,9 +206,10 @@ Result<double> parse_agent_args(const std::vector<std::string>& args) {
   double start_timeout = 30;
   for (const auto& a : args) {
     if (!starts_with(a, "--start-timeout="))
-      return make_error("--agent: unexpected argument '" + printable(a) + "' (expected --start-timeout=SECONDS)", 2);
+      return make_error(ErrorKind::kUsage,
+                        "--agent: unexpected argument '" + printable(a) + "' (expected --start-timeout=SECONDS)");
     auto v = parse_double(a.substr(16), "--agent --start-timeout", 0.001, 1e7);
-    if (!v) return make_error(v.error().message, 2);
+    if (!v) return with_kind(v.error(), ErrorKind::kUsage);
     start_timeout = *v;
   }
   return start_timeout;
@@ -444,7 +446,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
   auto start_timeout = parse_agent_args(args);
   if (!start_timeout) {
     std::fprintf(stderr, "hvdrun: %s\n", start_timeout.error().message.c_str());
-    return start_timeout.error().code;
+    return exit_code_for(start_timeout.error());
   }
   // The launcher sends the job once every host has said hello, and the start once every
   // host is ready: both within its --start-timeout of starting us (a margin for the
@@ -465,9 +467,9 @@ int run_agent_mode(const std::vector<std::string>& args) {
   auto job = decode_job(jf->payload);
   // The error's kind travels with it: hvdrun's exit-code table decides there.
   auto setup_error = [&](const Error& error) {
-    Error e = error_of(error.kind, error.message);
-    link.send(Type::kSetupError, encode_setup_error({error.message, e.code, error.kind}));
-    return e.code;
+    int code = exit_code_for(error);
+    link.send(Type::kSetupError, encode_setup_error({error.message, code, error.kind}));
+    return code;
   };
   if (!job) return setup_error(with_kind(job.error(), ErrorKind::kLaunchFailed));
   auto exe = prepare_host(*job);

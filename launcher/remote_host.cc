@@ -31,9 +31,10 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   link_ = std::move(*link);
   auto f = next_frame(deadline);
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
-  if (f->type != Type::kHello) return make_error(link_->label() + ": unexpected first message from the agent");
+  if (f->type != Type::kHello) return make_error(ErrorKind::kLaunchFailed,
+                                                 link_->label() + ": unexpected first message from the agent");
   auto h = decode_hello(f->payload);
-  if (!h) return make_error(link_->label() + ": " + h.error().message);
+  if (!h) return make_error(ErrorKind::kLaunchFailed, link_->label() + ": " + h.error().message);
   hello_ = *h;
   if (hello_.version != HVDRUN_VERSION_STRING)
     return error_of(ErrorKind::kLaunchFailed, link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
@@ -68,12 +69,11 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
     if (auto f = reader_.next()) return *std::move(f);
     int ms = ms_until(deadline);
     if (ms <= 0)
-      return make_error(link_->label() + ": no answer from the agent within --start-timeout (" +
-                            std::to_string(static_cast<int>(settings_.start_timeout)) + " s)",
-                        ETIMEDOUT);
+      return make_error(ErrorKind::kTimeout, link_->label() + ": no answer from the agent within --start-timeout (" +
+                                                 std::to_string(static_cast<int>(settings_.start_timeout)) + " s)");
     auto bytes = link_->read(std::min(ms, 200));
     if (!bytes) {
-      if (auto s = reader_.finish(); !s && bytes.error().code == kPeerClosed) return stream_error(s.error());
+      if (auto s = reader_.finish(); !s && bytes.error().kind == ErrorKind::kPeerLost) return stream_error(s.error());
       return bytes.error();
     }
     if (!bytes->empty())
@@ -84,8 +84,8 @@ Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_
 // Bytes on the link that are no frame: before the first frame, text that the starter's
 // command or the remote shell printed (the starter says whose); later, where the stream broke.
 Error RemoteHost::stream_error(const Error& e) const {
-  if (reader_.any_frame()) return make_error(link_->label() + ": " + e.message);
-  return make_error(link_->label() + ": " + starter_.text_before_agent(reader_.stuck_at()));
+  if (reader_.any_frame()) return make_error(ErrorKind::kLaunchFailed, link_->label() + ": " + e.message);
+  return make_error(ErrorKind::kLaunchFailed, link_->label() + ": " + starter_.text_before_agent(reader_.stuck_at()));
 }
 
 // The job goes a chunk at a time, as the link has room, by the start time-out: a far side
@@ -124,7 +124,7 @@ Status RemoteHost::prepare(const AgentJob& job) {
   if (f->type == Type::kSetupError) {
     auto e = decode_setup_error(f->payload);
     AgentSetupError se = e ? *e : AgentSetupError{};
-    return make_error(se.kind, "host " + host_ + ": " + se.message, se.code);
+    return make_error(se.kind, "host " + host_ + ": " + se.message);
   }
   return error_of(ErrorKind::kLaunchFailed, link_->label() + ": unexpected answer to the job description");
 }

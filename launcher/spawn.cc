@@ -40,7 +40,7 @@ Result<std::string> resolve_program(const std::string& program, const std::strin
     std::string cand = (dir.empty() ? "." : dir) + "/" + program;
     auto r = check_executable(cand, program);
     if (r) return r;
-    if (r.error().code == 126 && first_bad.code == 127) first_bad = r.error();
+    if (r.error().kind == ErrorKind::kNotExecutable && first_bad.kind == ErrorKind::kNotFound) first_bad = r.error();
   }
   return first_bad;
 }
@@ -118,7 +118,10 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     int rc = child_errno;
-    return make_error(req.argv[0] + ": " + std::strerror(rc), rc == ENOENT ? 127 : (rc == EACCES || rc == ENOEXEC) ? 126 : 3);
+    const ErrorKind kind = rc == ENOENT                      ? ErrorKind::kNotFound
+                           : rc == EACCES || rc == ENOEXEC ? ErrorKind::kNotExecutable
+                                                           : ErrorKind::kLaunchFailed;
+    return make_sys_error(kind, req.argv[0] + ": " + std::strerror(rc), rc);
   }
   SpawnedWorker w;
   w.pid = pid;

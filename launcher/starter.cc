@@ -137,7 +137,8 @@ class SocketLink : public HostLink {
       : fd_(std::move(fd)), label_(std::move(label)), out_(std::move(out)), task_(task) {}
   const std::string& label() const override { return label_; }
   Status write(std::string_view data) override {
-    if (auto s = write_all(fd_.get(), data); !s) return make_error(label_ + ": connection lost (" + s.error().message + ")");
+    if (auto s = write_all(fd_.get(), data); !s) return make_error(ErrorKind::kLaunchFailed,
+                                                                   label_ + ": connection lost (" + s.error().message + ")");
     return {};
   }
   size_t write_room() override {
@@ -155,8 +156,9 @@ class SocketLink : public HostLink {
       ssize_t r = ::read(fd_.get(), buf, sizeof buf);
       if (r > 0) return std::string(buf, static_cast<size_t>(r));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return make_error(label_ + ": connection lost (" + std::strerror(errno) + ")");
-      return make_error(label_ + ": the agent closed its output", kPeerClosed);
+      if (r < 0) return make_sys_error(ErrorKind::kLaunchFailed,
+                                       label_ + ": connection lost (" + std::strerror(errno) + ")", errno);
+      return make_error(ErrorKind::kPeerLost, label_ + ": the agent closed its output");
     }
   }
   std::string stderr_text() override { return out_->text(task_); }

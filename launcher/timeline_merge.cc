@@ -116,7 +116,7 @@ Status copy_events(const RankFile& f, int out_fd, std::string& out, size_t* even
     ++*events;
   };
   for (off_t left = f.st.st_size; left > 0;) {
-    if (int sig = interrupted()) return make_error(ErrorKind::kInterrupted, signal_name(sig), 128 + sig);
+    if (int sig = interrupted()) return rank_error(ErrorKind::kInterrupted, signal_name(sig), 128 + sig);
     ssize_t n = ::pread(fd.get(), buf.data(), std::min<size_t>(buf.size(), static_cast<size_t>(left)),
                         f.st.st_size - left);
     if (n < 0 && errno == EINTR) continue;
@@ -178,10 +178,9 @@ Status write_merged(const std::string& file, const std::vector<RankFile>& inputs
   for (const auto& f : inputs) {
     auto st = copy_events(f, tmp.fd.get(), out, &events, interrupted);
     if (!st && st.error().kind == ErrorKind::kInterrupted)
-      return make_error(ErrorKind::kInterrupted,
-                        "received " + st.error().message + " while merging the timeline: " + file + " not written" +
-                            kept,
-                        st.error().code);
+      return rank_error(ErrorKind::kInterrupted,
+                        "received " + st.error().message + " while merging the timeline: " + file + " not written" + kept,
+                        st.error().exit_code);
     if (!st) return failed(st.error().message);
   }
   out += "\n]\n";

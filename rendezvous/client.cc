@@ -27,14 +27,14 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   int gai = getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (gai != 0) return make_error("rendezvous " + c.endpoint_ + ": " + gai_strerror(gai));
+  if (gai != 0) return make_error(ErrorKind::kRendezvous, "rendezvous " + c.endpoint_ + ": " + gai_strerror(gai));
   sockaddr_storage sa{};
   socklen_t salen = static_cast<socklen_t>(res->ai_addrlen);
   std::memcpy(&sa, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
 
   auto fd = connect_tcp_retrying(reinterpret_cast<const sockaddr*>(&sa), salen, deadline, Refused::kRetry);
-  if (!fd) return make_error("rendezvous " + c.endpoint_ + ": connect: " + fd.error().message);
+  if (!fd) return with_kind(wrap(fd.error(), "rendezvous " + c.endpoint_ + ": connect"), ErrorKind::kRendezvous);
   int one = 1;
   setsockopt(fd->get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c.fd_ = std::move(*fd);
@@ -45,7 +45,8 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
   auto ch = c.recv(deadline, kMaxFrameBeforeAuth);
   if (!ch) return ch.error();
   if (ch->type != MsgType::kChallenge || ch->payload.size() != kNonceBytes + kMacBytes)
-    return make_error("rendezvous " + c.endpoint_ + ": unexpected reply to hello (" + msg_type_name(ch->type) + ")");
+    return make_error(ErrorKind::kRendezvous,
+                      "rendezvous " + c.endpoint_ + ": unexpected reply to hello (" + msg_type_name(ch->type) + ")");
   std::string server_nonce = ch->payload.substr(0, kNonceBytes);
   if (!constant_time_equal(ch->payload.substr(kNonceBytes), server_proof(secret, client_nonce, server_nonce)))
     return make_error(ErrorKind::kAuth, "rendezvous " + c.endpoint_ +
@@ -60,8 +61,8 @@ Result<Client> Client::connect(const std::string& addr, int port, const std::str
 Status Client::send(MsgType type, const std::string& payload, Clock::time_point deadline) {
   std::string frame = encode_frame(type, payload);
   if (auto s = write_exact(fd_.get(), frame.data(), frame.size(), deadline); !s) {
-    if (s.error().code == ETIMEDOUT) return make_error("rendezvous " + endpoint_ + ": send timed out", ETIMEDOUT);
-    return make_error("rendezvous " + endpoint_ + ": connection lost (" + s.error().message + ")");
+    if (s.error().kind == ErrorKind::kTimeout) return with_message(s.error(), "rendezvous " + endpoint_ + ": send timed out");
+    return lost(s.error());
   }
   return {};
 }
@@ -70,11 +71,11 @@ Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
   auto read = [&](char* buf, size_t len) -> Status {
     auto s = read_exact(fd_.get(), buf, len, deadline);
     if (s) return s;
-    if (s.error().code == kPeerClosed)
-      return make_error("rendezvous " + endpoint_ + ": connection lost (closed by hvdrun)");
-    if (s.error().code == ETIMEDOUT)
-      return make_error("rendezvous " + endpoint_ + ": no reply before the deadline", ETIMEDOUT);
-    return make_error("rendezvous " + endpoint_ + ": connection lost (" + s.error().message + ")");
+    if (s.error().kind == ErrorKind::kPeerLost)
+      return make_error(ErrorKind::kRendezvous, "rendezvous " + endpoint_ + ": connection lost (closed by hvdrun)");
+    if (s.error().kind == ErrorKind::kTimeout)
+      return with_message(s.error(), "rendezvous " + endpoint_ + ": no reply before the deadline");
+    return lost(s.error());
   };
   char header[kHeaderBytes];
   if (auto s = read(header, sizeof header); !s) return s.error();
@@ -84,37 +85,44 @@ Result<Frame> Client::recv(Clock::time_point deadline, size_t max_frame) {
   if (auto s = read(body.data(), body.size()); !s) return s.error();
   auto f = decode_body(body);
   if (!f) return wrap(f.error(), "rendezvous " + endpoint_);
+  if (f->type == MsgType::kAuthFailed)
+    return make_error(ErrorKind::kAuth,
+                      "rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
   if (f->type == MsgType::kError) {
     auto m = decode_string(f->payload);
-    return make_error("rendezvous " + endpoint_ + ": " + (m ? *m : std::string("error")));
+    return make_error(ErrorKind::kRendezvous, "rendezvous " + endpoint_ + ": " + (m ? *m : std::string("error")));
   }
   return f;
 }
 
+Error Client::lost(const Error& e) const {
+  return with_message(with_kind(e, ErrorKind::kRendezvous),
+                      "rendezvous " + endpoint_ + ": connection lost (" + e.message + ")");
+}
+
 Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time_point deadline) {
   if (auto s = send(type, payload, deadline); !s) return s.error();
-  auto f = recv(deadline);
-  if (!f && f.error().message.find(": authentication failed") != std::string::npos)
-    return make_error(ErrorKind::kAuth, "rendezvous " + endpoint_ + ": authentication refused by the server (wrong HVDRUN_SECRET?)");
-  return f;
+  return recv(deadline);
 }
 
 Result<Registered> Client::register_rank(const RegisterRequest& req, Clock::time_point deadline) {
   auto f = call(MsgType::kRegister, encode_register(req), deadline);
   if (!f) {
-    if (f.error().code == ETIMEDOUT)
-      return make_error("rendezvous " + endpoint_ + ": not every rank registered before the start time-out",
-                        ETIMEDOUT);
+    if (f.error().kind == ErrorKind::kTimeout)
+      return with_message(f.error(),
+                          "rendezvous " + endpoint_ + ": not every rank registered before the start time-out");
     return f.error();
   }
-  if (f->type != MsgType::kRegistered) return make_error("rendezvous: unexpected reply to register");
+  if (f->type != MsgType::kRegistered) return make_error(ErrorKind::kRendezvous,
+                                                         "rendezvous: unexpected reply to register");
   return decode_registered(f->payload);
 }
 
 Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
   auto f = call(MsgType::kGetPeer, encode_i64(rank), deadline);
   if (!f) return f.error();
-  if (f->type == MsgType::kNotFound) return make_error("rendezvous: rank " + std::to_string(rank) + " is unknown");
+  if (f->type == MsgType::kNotFound) return make_error(ErrorKind::kRendezvous,
+                                                       "rendezvous: rank " + std::to_string(rank) + " is unknown");
   return decode_peer(f->payload);
 }
 
@@ -127,7 +135,7 @@ Status Client::set(const std::string& key, const std::string& value, double time
 Result<std::string> Client::get(const std::string& key) {
   auto f = call(MsgType::kGet, encode_string(key), deadline_in(60));
   if (!f) return f.error();
-  if (f->type == MsgType::kNotFound) return make_error("key '" + key + "' not found", kNotFoundCode);
+  if (f->type == MsgType::kNotFound) return make_error(ErrorKind::kMissingKey, "key '" + key + "' not found");
   return decode_string(f->payload);
 }
 
@@ -141,7 +149,8 @@ Status Client::wait(const std::vector<std::string>& keys, double timeout_s) {
     std::string list;
     if (missing)
       for (const auto& k : *missing) list += (list.empty() ? "" : ", ") + k;
-    return make_error("wait timed out after " + std::to_string(timeout_s) + " s for key(s): " + list, ETIMEDOUT);
+    return make_sys_error(ErrorKind::kTimeout,
+                          "wait timed out after " + std::to_string(timeout_s) + " s for key(s): " + list, ETIMEDOUT);
   }
   return {};
 }
@@ -157,7 +166,8 @@ Status Client::barrier(const std::string& name, int n, double timeout_s) {
   auto f = call(MsgType::kBarrier, encode_barrier({name, n, ms}), deadline_in(timeout_s + 5));
   if (!f) return f.error();
   if (f->type == MsgType::kTimeout)
-    return make_error("barrier '" + name + "' timed out after " + std::to_string(timeout_s) + " s", ETIMEDOUT);
+    return make_sys_error(ErrorKind::kTimeout,
+                          "barrier '" + name + "' timed out after " + std::to_string(timeout_s) + " s", ETIMEDOUT);
   return {};
 }
 

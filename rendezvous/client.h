@@ -32,7 +32,7 @@ class Client {
   // `timeout_s`: how long the server may take to answer (a report on the way out of a
   // failed collective waits less than the store's users do).
   Status set(const std::string& key, const std::string& value, double timeout_s = 60);
-  Result<std::string> get(const std::string& key);  // error code kNotFoundCode when absent
+  Result<std::string> get(const std::string& key);  // kMissingKey when absent
   Status wait(const std::vector<std::string>& keys, double timeout_s);
   Result<int64_t> add(const std::string& key, int64_t delta);
   // Returns when `n` participants have called it with the same name (one round trip).
@@ -42,12 +42,12 @@ class Client {
   // This side's address of the connection (what the server sees us as).
   std::string local_address() const;
 
-  static constexpr int kNotFoundCode = 44;
-
  private:
   Client() = default;
   Status send(MsgType type, const std::string& payload, Clock::time_point deadline);
   Result<Frame> recv(Clock::time_point deadline, size_t max_frame = kMaxFrame);
+  // The connection failed under a send or a receive: a rendezvous error, its errno kept.
+  Error lost(const Error& e) const;
   Result<Frame> call(MsgType type, const std::string& payload, Clock::time_point deadline);
 
   UniqueFd fd_;

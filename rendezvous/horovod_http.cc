@@ -372,15 +372,16 @@ Result<std::unique_ptr<HorovodHttpServer>> HorovodHttpServer::listen(asio::io_co
   auto st = std::make_shared<State>(io, std::move(options), std::move(warn));
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(st->opts.bind_address, ec);
-  if (ec) return make_error("Horovod store: bad listen address '" + st->opts.bind_address + "'");
+  if (ec) return make_error(ErrorKind::kInvalidArgument,
+                            "Horovod store: bad listen address '" + st->opts.bind_address + "'");
   tcp::endpoint ep(addr, static_cast<unsigned short>(st->opts.port));
   st->acceptor.open(ep.protocol(), ec);
   if (!ec) st->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) st->acceptor.bind(ep, ec);
   if (!ec) st->acceptor.listen(4096, ec);
   if (ec)
-    return make_error("Horovod store: cannot listen on " + st->opts.bind_address + ":" +
-                      std::to_string(st->opts.port) + ": " + ec.message(), 3);
+    return make_error(ErrorKind::kLaunchFailed, "Horovod store: cannot listen on " + st->opts.bind_address + ":" +
+                                                     std::to_string(st->opts.port) + ": " + ec.message());
   ::fcntl(st->acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   st->port = st->acceptor.local_endpoint().port();
   // The first accept is started on the io thread (the io_context may be running already).

@@ -80,11 +80,12 @@ bool HorovodStore::job_scope(std::string_view scope) const {
 Result<std::pair<std::string, std::string>> split_store_target(std::string_view target) {
   // Horovod: paths = self.path.split('/'); _, scope, key = paths (three parts or nothing).
   if (target.empty() || target[0] != '/')
-    return make_error("path " + quoted(target) + ": expected /SCOPE/KEY");
+    return make_error(ErrorKind::kInvalidArgument, "path " + quoted(target) + ": expected /SCOPE/KEY");
   std::string_view rest = target.substr(1);
   size_t slash = rest.find('/');
   if (slash == std::string_view::npos || rest.find('/', slash + 1) != std::string_view::npos)
-    return make_error("path " + quoted(target) + ": expected /SCOPE/KEY (exactly two parts)");
+    return make_error(ErrorKind::kInvalidArgument,
+                      "path " + quoted(target) + ": expected /SCOPE/KEY (exactly two parts)");
   return std::pair<std::string, std::string>(std::string(rest.substr(0, slash)), std::string(rest.substr(slash + 1)));
 }
 
@@ -129,7 +130,7 @@ Status HorovodStore::put(const std::string& scope, const std::string& key, std::
   if (!a.ok()) {
     std::string why = a.refusal.text;
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    return make_error(why);
+    return make_error(ErrorKind::kInvalidArgument, why);
   }
   return store(scope, key, std::move(value), std::move(a.charge));
 }
@@ -141,7 +142,7 @@ Status HorovodStore::store(const std::string& scope, const std::string& key, std
     bool reserved = job_scope(scope) && reserve_keys_ < reserve_size_.keys;
     if (!reserved && general_keys_ >= limits_.max_keys) {
       if (entries.empty()) scopes_.erase(scope);
-      return make_error("setting " + quoted(scope + "/" + key) + " would hold more than " +
+      return make_error(ErrorKind::kInvalidArgument, "setting " + quoted(scope + "/" + key) + " would hold more than " +
                         std::to_string(limits_.max_keys) + " keys, the store's limit");
     }
     ++(reserved ? reserve_keys_ : general_keys_);
@@ -266,7 +267,8 @@ Result<PeerAllowList> PeerAllowList::from(const std::vector<std::string>& addres
     // An interface's IPv6 address may carry its zone ("fe80::1%eth0"): compared without it.
     std::string text = a.substr(0, a.find('%'));
     auto addr = boost::asio::ip::make_address(text, ec);
-    if (ec) return make_error("allowed peer " + quoted(a) + ": not an IPv4 or IPv6 address");
+    if (ec) return make_error(ErrorKind::kInvalidArgument,
+                              "allowed peer " + quoted(a) + ": not an IPv4 or IPv6 address");
     out.allowed_.insert(normalized(addr));
   }
   return out;

@@ -5,9 +5,10 @@
 namespace hvdrun::rdv {
 namespace {
 
-Error malformed(const char* what) { return make_error(std::string("malformed ") + what + " message"); }
-
-void put_peer(Writer& w, const PeerInfo& p) {
+Error malformed(const char* what) { return make_error(ErrorKind::kMalformed,
+                                                      std::string("malformed ") + what + " message"); }
+                                                          
+                                                          void put_peer(Writer& w, const PeerInfo& p) {
   w.i32(p.rank);
   w.str(p.host);
   w.str(p.addr);
@@ -41,6 +42,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kAuth: return "auth";
     case MsgType::kAuthOk: return "auth-ok";
     case MsgType::kError: return "error";
+    case MsgType::kAuthFailed: return "auth-failed";
     case MsgType::kRegister: return "register";
     case MsgType::kRegistered: return "registered";
     case MsgType::kGetPeer: return "get-peer";
@@ -72,9 +74,10 @@ std::string encode_frame(MsgType type, std::string_view payload) {
 Result<uint32_t> decode_length(const char header[kHeaderBytes], size_t max_frame) {
   uint32_t len;
   std::memcpy(&len, header, 4);
-  if (len < 2) return make_error("frame too short (" + std::to_string(len) + " bytes)");
+  if (len < 2) return make_error(ErrorKind::kMalformed, "frame too short (" + std::to_string(len) + " bytes)");
   if (len > max_frame)
-    return make_error("frame of " + std::to_string(len) + " bytes exceeds the limit of " + std::to_string(max_frame));
+    return make_error(ErrorKind::kMalformed,
+                      "frame of " + std::to_string(len) + " bytes exceeds the limit of " + std::to_string(max_frame));
   return len;
 }
 
@@ -82,13 +85,14 @@ Result<Frame> decode_body(std::string_view body) {
   Reader r(body);
   Frame f;
   uint8_t type;
-  if (!r.u8(f.version) || !r.u8(type)) return make_error("frame too short");
+  if (!r.u8(f.version) || !r.u8(type)) return make_error(ErrorKind::kMalformed, "frame too short");
   if (f.version != kProtocolVersion)
-    return make_error("protocol version " + std::to_string(f.version) + " is not supported (expected " +
-                      std::to_string(kProtocolVersion) + ")");
+    return make_error(ErrorKind::kMalformed,
+                      "protocol version " + std::to_string(f.version) + " is not supported (expected " +
+                          std::to_string(kProtocolVersion) + ")");
   f.type = static_cast<MsgType>(type);
   if (std::string(msg_type_name(f.type)) == "unknown")
-    return make_error("unknown message type " + std::to_string(type));
+    return make_error(ErrorKind::kMalformed, "unknown message type " + std::to_string(type));
   f.payload.assign(body.substr(2));
   return f;
 }

@@ -41,6 +41,7 @@ enum class MsgType : uint8_t {
   kAuth = 3,       // c->s: client proof
   kAuthOk = 4,     // reserved (version 1 answers a good auth with the first reply)
   kError = 5,      // s->c: message; the server closes after it
+  kAuthFailed = 6, // s->c: message; the client's proof was wrong; the server closes after it
   // Registration.
   kRegister = 10,    // c->s: rank, size, host, data address, data port
   kRegistered = 11,  // s->c (when every rank has registered): left and right neighbours
@@ -74,6 +75,12 @@ constexpr const char* kSilentKeyPrefix = "hvdrun/silent/";
 // that peer ("hvdrun/lost/0" = "4") before it returns the error: hvdrun blames a lost peer
 // that exited 0 or left, whichever host's report reaches it first.
 constexpr const char* kLostKeyPrefix = "hvdrun/lost/";
+// libhvdrun's stall report (collectives/runtime.cc) for hvdrun: rank 0's warning, which
+// hvdrun prints as it comes, and the report of a stall past the shutdown time (then also
+// sent as the rank's fatal report). The server hands every key under the prefix to hvdrun.
+constexpr const char* kStallKeyPrefix = "hvdrun/stall/";
+constexpr const char* kStallWarningKey = "hvdrun/stall/warning";
+constexpr const char* kStallShutdownKey = "hvdrun/stall/shutdown";
 
 struct Frame {
   uint8_t version = kProtocolVersion;

@@ -49,7 +49,8 @@ std::string quoted(std::string_view s) { return "'" + printable(s, 64) + "'"; }
 // The value of counter `key`: decimal text written by add/barrier.
 Result<int64_t> counter_value(const std::string& key, const std::string& text) {
   auto v = parse_int(text, "counter", INT64_MIN, INT64_MAX);
-  if (!v) return make_error("key " + quoted(key) + " holds " + quoted(text) + ", not a 64-bit integer");
+  if (!v) return make_error(ErrorKind::kInvalidArgument,
+                            "key " + quoted(key) + " holds " + quoted(text) + ", not a 64-bit integer");
   return static_cast<int64_t>(*v);
 }
 
@@ -298,7 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
           srv_.warn("refused connection: authentication failed",
                     "refused connection from " + peer_ + ": authentication failed");
           closing_ = true;
-          send(MsgType::kError, encode_string("authentication failed"));
+          send(MsgType::kAuthFailed, encode_string("authentication failed"));
           return false;
         }
         // Success is silent: the reply to the first request says it (one message less).
@@ -365,7 +366,7 @@ class Session : public std::enable_shared_from_this<Session> {
       case MsgType::kSet: {
         auto kv = decode_key_value(f.payload);
         if (!kv) return fail(kv.error().message), false;
-        if (kv->first.rfind("hvdrun/stall/", 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
+        if (kv->first.rfind(kStallKeyPrefix, 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
         if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) finalized_ = true;
         if (rank_ >= 0 && kv->first == kSilentKeyPrefix + std::to_string(rank_) && s.cbs.on_silent) {
           // A value that names no rank is stored but not acted on.
@@ -564,14 +565,16 @@ void Server::Impl::arm_log_flush() {
 
 Status Server::Impl::store(const std::string& key, std::string value) {
   if (value.size() > kMaxValueBytes)
-    return make_error("value of " + std::to_string(value.size()) + " bytes for key " + quoted(key) +
-                      " exceeds the limit of " + std::to_string(kMaxValueBytes) + " bytes");
+    return make_error(ErrorKind::kInvalidArgument,
+                      "value of " + std::to_string(value.size()) + " bytes for key " + quoted(key) +
+                          " exceeds the limit of " + std::to_string(kMaxValueBytes) + " bytes");
   auto it = kv.find(key);
   size_t old = it == kv.end() ? 0 : key.size() + it->second.size() + kStoreEntryOverhead;
   size_t now = store_bytes - old + key.size() + value.size() + kStoreEntryOverhead;
   if (now > kMaxStoreBytes)
-    return make_error("setting key " + quoted(key) + " would grow the job's key-value store to " +
-                      std::to_string(now) + " bytes, over its limit of " + std::to_string(kMaxStoreBytes) + " bytes");
+    return make_error(ErrorKind::kInvalidArgument,
+                      "setting key " + quoted(key) + " would grow the job's key-value store to " +
+                          std::to_string(now) + " bytes, over its limit of " + std::to_string(kMaxStoreBytes) + " bytes");
   store_bytes = now;
   if (it == kv.end())
     kv.emplace(key, std::move(value));
@@ -675,21 +678,21 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
   impl->owner.assign(impl->opts.ranks.size(), {});
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(impl->opts.bind_address, ec);
-  if (ec) return make_error("rendezvous: bad listen address '" + impl->opts.bind_address + "'");
+  if (ec) return make_error(ErrorKind::kInvalidArgument,
+                            "rendezvous: bad listen address '" + impl->opts.bind_address + "'");
   tcp::endpoint ep(addr, static_cast<unsigned short>(impl->opts.port));
   impl->acceptor.open(ep.protocol(), ec);
   if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(65535, ec);
   if (ec)
-    return make_error("rendezvous: cannot listen on " + impl->opts.bind_address + ":" +
-                          std::to_string(impl->opts.port) + ": " + ec.message(),
-                      3);
+    return make_error(ErrorKind::kLaunchFailed, "rendezvous: cannot listen on " + impl->opts.bind_address + ":" +
+                                                     std::to_string(impl->opts.port) + ": " + ec.message());
   ::fcntl(impl->acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   if (impl->opts.horovod.enabled) {
     const HorovodServing& hs = impl->opts.horovod;
     auto allowed = PeerAllowList::from(hs.allowed_peers, hs.allow_loopback);
-    if (!allowed) return make_error("rendezvous: " + allowed.error().message);
+    if (!allowed) return wrap(allowed.error(), "rendezvous");
     std::vector<std::string> hosts;
     std::vector<int> local_ranks;
     for (const auto& r : impl->opts.ranks) {

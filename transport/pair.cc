@@ -28,8 +28,9 @@ constexpr uint32_t kPairMagic = 0x68766470;  // "hvdp"
 Status io_exact(int fd, char* buf, size_t len, bool write_side, Clock::time_point deadline) {
   auto s = write_side ? write_exact(fd, buf, len, deadline) : read_exact(fd, buf, len, deadline);
   if (s) return s;
-  if (s.error().code == kPeerClosed) return make_error("connection closed during the handshake");
-  if (s.error().code == ETIMEDOUT) return make_error("handshake timed out");
+  if (s.error().kind == ErrorKind::kPeerLost) return make_error(ErrorKind::kPeerLost,
+                                                                "connection closed during the handshake");
+  if (s.error().kind == ErrorKind::kTimeout) return with_message(s.error(), "handshake timed out");
   return s;
 }
 
@@ -44,18 +45,18 @@ std::string pair_context(int from, int to, const std::string& nonce_a, const std
 
 Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   PeerName name{to.rank, to.host};
-  auto ctx = [&](const std::string& what) { return "connect to " + name.describe() + " at " + to.addr + ":" +
-                                                   std::to_string(to.port) + ": " + what; };
+  const std::string where = "connect to " + name.describe() + " at " + to.addr + ":" + std::to_string(to.port);
+  auto ctx = [&](const std::string& what) { return where + ": " + what; };
   addrinfo hints{}, *res = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   if (getaddrinfo(to.addr.c_str(), std::to_string(to.port).c_str(), &hints, &res) != 0)
-    return make_error(ctx("bad address"));
+    return make_error(ErrorKind::kInvalidArgument, ctx("bad address"));
   // The peer listens already (its port came from the rendezvous), so a refusal is final;
   // no route or network is not: a link that flapped a moment ago comes back.
   auto connected = connect_tcp_retrying(res->ai_addr, res->ai_addrlen, o.deadline, Refused::kFinal);
   freeaddrinfo(res);
-  if (!connected) return make_error(ctx(connected.error().message));
+  if (!connected) return wrap(connected.error(), where);
   UniqueFd fd = std::move(*connected);
   tune_data_socket(fd.get(), o.buffer_bytes);
   // 1. -> magic, from, to, our nonce
@@ -66,22 +67,23 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   std::memcpy(hello.data() + 4, &from, 4);
   std::memcpy(hello.data() + 8, &dest, 4);
   hello += nonce_i;
-  if (auto s = io_exact(fd.get(), hello.data(), hello.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
+  if (auto s = io_exact(fd.get(), hello.data(), hello.size(), true, o.deadline); !s) return wrap(s.error(), where);
   // 2. <- their nonce, their proof
   std::string reply(auth::kNonceBytes + auth::kMacBytes, '\0');
   if (auto s = io_exact(fd.get(), reply.data(), reply.size(), false, o.deadline); !s)
-    return make_error(ctx(s.error().message + " (refused: not this job's rank?)"));
+    return with_message(s.error(), ctx(s.error().message + " (refused: not this job's rank?)"));
   std::string nonce_a = reply.substr(0, auth::kNonceBytes);
   std::string ctx_bytes = pair_context(from, dest, nonce_i, nonce_a);
   if (!auth::constant_time_equal(reply.substr(auth::kNonceBytes), auth::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes)))
-    return make_error(ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
+    return make_error(ErrorKind::kAuth,
+                      ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
   // 3. -> our proof
   std::string proof = auth::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes);
-  if (auto s = io_exact(fd.get(), proof.data(), proof.size(), true, o.deadline); !s) return make_error(ctx(s.error().message));
+  if (auto s = io_exact(fd.get(), proof.data(), proof.size(), true, o.deadline); !s) return wrap(s.error(), where);
   // 4. <- ok
   char ok = 0;
   if (auto s = io_exact(fd.get(), &ok, 1, false, o.deadline); !s || ok != 1)
-    return make_error(ctx("the peer refused our authentication"));
+    return make_error(ErrorKind::kAuth, ctx("the peer refused our authentication"));
   // 5. -> the transport: 'T' (TCP), or 'S' pid fd token (a shared-memory ring we made)
   ShmChannel shm;
   std::string offer = "T";
@@ -97,11 +99,11 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
     }
   }
   if (auto s = io_exact(fd.get(), offer.data(), offer.size(), true, o.deadline); !s)
-    return make_error(ctx(s.error().message));
+    return wrap(s.error(), where);
   if (offer[0] == 'T') return Pair(std::move(fd), name);
   // 6. <- 1 when the peer mapped it (0: it could not; the data stays on TCP)
   char took = 0;
-  if (auto s = io_exact(fd.get(), &took, 1, false, o.deadline); !s) return make_error(ctx(s.error().message));
+  if (auto s = io_exact(fd.get(), &took, 1, false, o.deadline); !s) return wrap(s.error(), where);
   shm.release_memfd();  // both have mapped it now (or it is not used): nothing of it outlives them
   if (took != 1) return Pair(std::move(fd), name);
   return Pair(std::move(fd), name, std::move(shm));
@@ -112,11 +114,11 @@ Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptio
   while (true) {
     pollfd p{listen_fd, POLLIN, 0};
     if (poll(&p, 1, ms_until(o.deadline)) == 0)
-      return make_error("accept from " + name.describe() + ": timed out");
+      return make_sys_error(ErrorKind::kTimeout, "accept from " + name.describe() + ": timed out", ETIMEDOUT);
     UniqueFd fd(accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-      return make_error("accept from " + name.describe() + ": " + std::strerror(errno));
+      return make_sys_error(ErrorKind::kSystem, "accept from " + name.describe() + ": " + std::strerror(errno), errno);
     }
     tune_data_socket(fd.get(), o.buffer_bytes);
     // A stranger gets at most a short handshake window, then we go back to listening.
@@ -148,7 +150,7 @@ Result<Pair> accept_pair(int listen_fd, const PeerAddress& from, const PairOptio
     int32_t pid, mfd;
     std::memcpy(&pid, shm_offer.data(), 4);
     std::memcpy(&mfd, shm_offer.data() + 4, 4);
-    Result<ShmChannel> shm = Error{"not taken"};
+    Result<ShmChannel> shm = make_error(ErrorKind::kInternal, "not taken");
     if (o.shm_accept) shm = ShmChannel::open(pid, mfd, shm_offer.substr(8));
     char took = shm ? 1 : 0;
     if (!io_exact(fd.get(), &took, 1, true, hs_deadline)) continue;
@@ -177,7 +179,8 @@ Error closed_error(Pair& p) {
 // process that exits with unread data sends a reset, not an end of stream), and names the
 // peer as closed_error does; another errno (no route, a time-out) says nothing of it.
 Error lost_error(Pair& p, int err) {
-  Error e = make_error("connection to " + p.peer().describe() + " lost: " + std::strerror(err));
+  Error e = make_sys_error(ErrorKind::kSystem,
+                           "connection to " + p.peer().describe() + " lost: " + std::strerror(err), err);
   if (err == ECONNRESET || err == EPIPE) {
     e.kind = ErrorKind::kPeerLost;
     e.peer_rank = p.peer().rank;

@@ -115,12 +115,15 @@ Result<ShmChannel> ShmChannel::create(size_t ring_bytes) {
   while (cap < ring_bytes) cap <<= 1;
   ShmChannel c;
   c.memfd_.reset(static_cast<int>(syscall(SYS_memfd_create, "hvdrun-shm", MFD_CLOEXEC)));
-  if (!c.memfd_.valid()) return make_error(std::string("memfd_create: ") + std::strerror(errno));
+  if (!c.memfd_.valid()) return make_sys_error(ErrorKind::kSystem,
+                                               std::string("memfd_create: ") + std::strerror(errno), errno);
   c.map_bytes_ = kHeaderBytes + cap;
   if (ftruncate(c.memfd_.get(), static_cast<off_t>(c.map_bytes_)) != 0)
-    return make_error(std::string("memfd of ") + std::to_string(c.map_bytes_) + " bytes: " + std::strerror(errno));
+    return make_sys_error(ErrorKind::kSystem,
+                          std::string("memfd of ") + std::to_string(c.map_bytes_) + " bytes: " + std::strerror(errno), errno);
   void* p = mmap(nullptr, c.map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, c.memfd_.get(), 0);
-  if (p == MAP_FAILED) return make_error(std::string("mmap of the shared segment: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
+                                             std::string("mmap of the shared segment: ") + std::strerror(errno), errno);
   c.hdr_ = new (p) Header{};
   c.data_ = static_cast<char*>(p) + kHeaderBytes;
   c.cap_ = cap;
@@ -137,11 +140,13 @@ Result<ShmChannel> ShmChannel::create(size_t ring_bytes) {
 Result<ShmChannel> ShmChannel::open(int pid, int fd, const std::string& token) {
   std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!f.valid()) return make_error("open " + path + ": " + std::strerror(errno));
+  if (!f.valid()) return make_sys_error(ErrorKind::kSystem, "open " + path + ": " + std::strerror(errno), errno);
   off_t size = lseek(f.get(), 0, SEEK_END);
-  if (size < static_cast<off_t>(kHeaderBytes + 4096)) return make_error(path + " is not a shared segment");
+  if (size < static_cast<off_t>(kHeaderBytes + 4096)) return make_error(ErrorKind::kMalformed,
+                                                                        path + " is not a shared segment");
   void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, f.get(), 0);
-  if (p == MAP_FAILED) return make_error(std::string("mmap of the shared segment: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
+                                             std::string("mmap of the shared segment: ") + std::strerror(errno), errno);
   ShmChannel c;
   c.hdr_ = static_cast<Header*>(p);
   c.data_ = static_cast<char*>(p) + kHeaderBytes;
@@ -149,7 +154,8 @@ Result<ShmChannel> ShmChannel::open(int pid, int fd, const std::string& token) {
   c.cap_ = c.hdr_->capacity;
   if (c.hdr_->magic != kMagic || c.cap_ + kHeaderBytes != c.map_bytes_ || token.size() != kTokenBytes ||
       !auth::constant_time_equal(std::string_view(c.hdr_->token, kTokenBytes), token))
-    return make_error(path + " is not the segment the peer announced (another machine with the same host name?)");
+    return make_error(ErrorKind::kMalformed,
+                      path + " is not the segment the peer announced (another machine with the same host name?)");
   c.token_ = token;
   // Single copy only where we may read the producer's memory (same user, no ptrace
   // restriction or seccomp rule against it): read its header's magic there.

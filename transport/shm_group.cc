@@ -84,20 +84,24 @@ char* ShmGroup::note(unsigned set, int r) const { return member(r)->note[set & 1
 
 Result<ShmGroup> ShmGroup::create(int size, size_t slot_bytes, const std::string& host) {
   static_assert(sizeof(Header) <= kPage);
-  if (size < 1 || size > kMaxRanks) return make_error("a shared-memory group of " + std::to_string(size) + " ranks");
+  if (size < 1 || size > kMaxRanks) return make_error(ErrorKind::kInvalidArgument,
+                                                      "a shared-memory group of " + std::to_string(size) + " ranks");
   slot_bytes = round_up(std::max<size_t>(slot_bytes, kPage), kPage);
   UniqueFd fd(static_cast<int>(syscall(SYS_memfd_create, "hvdrun-group", MFD_CLOEXEC | MFD_ALLOW_SEALING)));
-  if (!fd.valid()) return make_error(std::string("memfd_create: ") + std::strerror(errno));
+  if (!fd.valid()) return make_sys_error(ErrorKind::kSystem,
+                                         std::string("memfd_create: ") + std::strerror(errno), errno);
   const size_t data_offset = round_up(kPage + sizeof(Member) * static_cast<size_t>(size), kPage);
   const size_t bytes = data_offset + 2 * static_cast<size_t>(size) * slot_bytes;
   if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-    return make_error("memfd of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+    return make_sys_error(ErrorKind::kSystem,
+                          "memfd of " + std::to_string(bytes) + " bytes: " + std::strerror(errno), errno);
   // Its size is fixed: nobody (another process of this user with the fd) can shrink it
   // under the ranks' mappings (SIGBUS).
   if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    return make_error(std::string("sealing the group's memfd: ") + std::strerror(errno));
+    return make_sys_error(ErrorKind::kSystem, std::string("sealing the group's memfd: ") + std::strerror(errno), errno);
   void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return make_error(std::string("mmap of the group's segment: ") + std::strerror(errno));
+  if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
+                                             std::string("mmap of the group's segment: ") + std::strerror(errno), errno);
   std::string token = auth::random_bytes(kTokenBytes);
   auto* h = new (p) Header{};
   h->magic = kMagic;
@@ -115,16 +119,17 @@ Result<ShmGroup> ShmGroup::create(int size, size_t slot_bytes, const std::string
 Result<ShmGroup> ShmGroup::open(int pid, int fd, const std::string& token, int rank, int size, const std::string& host) {
   std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!f.valid()) return make_error("open " + path + ": " + std::strerror(errno));
+  if (!f.valid()) return make_sys_error(ErrorKind::kSystem, "open " + path + ": " + std::strerror(errno), errno);
   off_t bytes = lseek(f.get(), 0, SEEK_END);
-  if (bytes < static_cast<off_t>(kPage)) return make_error(path + " is not a group segment");
+  if (bytes < static_cast<off_t>(kPage)) return make_error(ErrorKind::kMalformed, path + " is not a group segment");
   void* p = mmap(nullptr, kPage, PROT_READ, MAP_SHARED, f.get(), 0);
-  if (p == MAP_FAILED) return make_error("mmap of " + path + ": " + std::strerror(errno));
+  if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
+                                             "mmap of " + path + ": " + std::strerror(errno), errno);
   const auto* h = static_cast<const Header*>(p);
   bool ours = h->magic == kMagic && h->size == static_cast<uint64_t>(size) && token.size() == kTokenBytes &&
               auth::constant_time_equal(std::string_view(h->token, kTokenBytes), token);
   munmap(p, kPage);
-  if (!ours) return make_error(path + " is not the segment rank 0 announced");
+  if (!ours) return make_error(ErrorKind::kMalformed, path + " is not the segment rank 0 announced");
   auto g = map(std::move(f), rank, size, host, path);
   if (!g) return g.error();
   g->token_ = token;
@@ -138,7 +143,8 @@ Result<ShmGroup> ShmGroup::map(UniqueFd fd, int rank, int size, const std::strin
   // Not populated here: a slot's pages are made as the collectives first touch them, not
   // all at once inside hvd_init.
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return make_error("mmap of " + path + ": " + std::strerror(errno));
+  if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
+                                             "mmap of " + path + ": " + std::strerror(errno), errno);
   ShmGroup g;
   g.base_ = static_cast<char*>(p);
   g.map_bytes_ = static_cast<size_t>(bytes);
@@ -150,7 +156,7 @@ Result<ShmGroup> ShmGroup::map(UniqueFd fd, int rank, int size, const std::strin
   g.host_ = host;
   if (g.data_offset_ < kPage + sizeof(Member) * static_cast<size_t>(size) ||
       g.data_offset_ + 2 * static_cast<size_t>(size) * g.slot_bytes_ != g.map_bytes_)
-    return make_error(path + ": the group segment's layout does not match its size");
+    return make_error(ErrorKind::kMalformed, path + ": the group segment's layout does not match its size");
   g.member(rank)->pid = static_cast<int32_t>(getpid());
   if (rank == 0) g.memfd_ = std::move(fd);
   return g;
@@ -190,7 +196,7 @@ Status ShmGroup::check_peers(uint64_t epoch) {
   auto* h = reinterpret_cast<Header*>(base_);
   if (int by = h->closed_by.load(std::memory_order_acquire)) {
     std::string why(h->reason, strnlen(h->reason, sizeof h->reason));
-    if (by - 1 == rank_) return make_error("closed" + (why.empty() ? std::string() : ": " + why));
+    if (by - 1 == rank_) return make_error(ErrorKind::kPeerLost, "closed" + (why.empty() ? std::string() : ": " + why));
     return peer_error(by - 1, why.empty() ? "left the collective (it exited or failed)" : "failed on: " + why);
   }
   std::vector<pollfd> p;

@@ -19,7 +19,7 @@ Result<Listener> listen_tcp(const std::string& bind_addr, const std::string& adv
     auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
     a->sin6_family = AF_INET6;
     if (inet_pton(AF_INET6, bind_addr.c_str(), &a->sin6_addr) != 1)
-      return make_error("bad listen address '" + bind_addr + "'");
+      return make_error(ErrorKind::kInvalidArgument, "bad listen address '" + bind_addr + "'");
     len = sizeof *a;
   } else {
     auto* a = reinterpret_cast<sockaddr_in*>(&ss);
@@ -27,16 +27,17 @@ Result<Listener> listen_tcp(const std::string& bind_addr, const std::string& adv
     if (bind_addr.empty())
       a->sin_addr.s_addr = htonl(INADDR_ANY);
     else if (inet_pton(AF_INET, bind_addr.c_str(), &a->sin_addr) != 1)
-      return make_error("bad listen address '" + bind_addr + "'");
+      return make_error(ErrorKind::kInvalidArgument, "bad listen address '" + bind_addr + "'");
     len = sizeof *a;
   }
   Listener l;
   l.fd.reset(socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!l.fd.valid()) return make_error(std::string("socket: ") + std::strerror(errno));
+  if (!l.fd.valid()) return make_sys_error(ErrorKind::kSystem, std::string("socket: ") + std::strerror(errno), errno);
   int one = 1;
   setsockopt(l.fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(l.fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(l.fd.get(), 1024) != 0)
-    return make_error("listen on " + (bind_addr.empty() ? std::string("*") : bind_addr) + ": " + std::strerror(errno));
+    return make_sys_error(ErrorKind::kSystem,
+                          "listen on " + (bind_addr.empty() ? std::string("*") : bind_addr) + ": " + std::strerror(errno), errno);
   socklen_t sl = sizeof ss;
   getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&ss), &sl);
   l.port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);

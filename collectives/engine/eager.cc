@@ -50,7 +50,7 @@ const EagerLayout& EagerPlan::layout(const std::vector<uint64_t>& bits, const Re
   return memo_;
 }
 
-Status EagerPlan::locate(const std::vector<CycleMessage>& msgs, const ResponseCache& cache, int me) {
+Status EagerPlan::locate(const std::vector<CycleMessage>& msgs, const ResponseCache& cache) {
   const int n = size_;
   // In steady state every rank sends the same bits: one (kept) layout for all.
   at_.assign(static_cast<size_t>(n), nullptr);
@@ -81,9 +81,8 @@ Status EagerPlan::locate(const std::vector<CycleMessage>& msgs, const ResponseCa
       d[r] = msgs[r].eager.data() + at;
     }
     if (end != msgs[r].eager.size())
-      return Error{"rank " + std::to_string(me) + ": negotiation message from rank " + std::to_string(r) + " holds " +
-                       std::to_string(msgs[r].eager.size()) + " bytes of eager data, not " + std::to_string(end),
-                   HVD_ERR_INTERNAL};
+      return make_error(ErrorKind::kInternal, "negotiation message from rank " + std::to_string(r) + " holds " +
+                       std::to_string(msgs[r].eager.size()) + " bytes of eager data, not " + std::to_string(end));
   }
   return {};
 }

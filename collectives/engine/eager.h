@@ -50,8 +50,8 @@ class EagerPlan {
   const EagerLayout& layout(const std::vector<uint64_t>& bits, const ResponseCache& cache);
   // Finds where each rank's eager data lies in one cycle's messages (from the cache as it
   // was when they were built). An error when a rank's section is not the size its bits and
-  // specs make it (`me` names this rank in it).
-  Status locate(const std::vector<CycleMessage>& msgs, const ResponseCache& cache, int me);
+  // specs make it.
+  Status locate(const std::vector<CycleMessage>& msgs, const ResponseCache& cache);
   // Every rank's data of cached id `id` in the located messages; false unless every rank sent it.
   bool cached_data(size_t id, const std::vector<CycleMessage>& msgs, std::vector<const char*>* data) const;
   // Every rank's data of a name announced in full in the located messages; null unless

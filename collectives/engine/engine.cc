@@ -113,7 +113,7 @@ Result<hvd_handle_t> Engine::submit(Request r) {
   {
     std::unique_lock<std::mutex> lk(mu_);
     if (broken_ || stopping_) {
-      Error e{broken_reason_.empty() ? "the engine is stopped" : broken_reason_, broken_code_};
+      Error e = make_error(broken_kind_, broken_reason_.empty() ? "the engine is stopped" : broken_reason_);
       if (!peer_left_.empty() && !peer_left_reported_ && !stopping_) {
         // A peer left (hvd_shutdown) between this rank's collectives, and this rank goes on
         // with another: the peer submitted fewer, and is the job's failure, as when this
@@ -163,10 +163,10 @@ bool Engine::submitted_pending(const std::string& name, const Op& head) const {
 }
 
 Error Engine::refuse_duplicate(Request r) {
-  Error e{"rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
-              "': a request with this name is already pending (names must be unique among pending operations; "
-              "the request each other rank pairs with this one fails too)",
-          HVD_ERR_INVALID_ARGUMENT};
+  Error e = make_error(ErrorKind::kInvalidArgument,
+                       "rank " + std::to_string(opts_.rank) + ": " + op_kind_name(r.spec.kind) + " '" + r.spec.name +
+                           "': a request with this name is already pending (names must be unique among pending "
+                           "operations; the request each other rank pairs with this one fails too)");
   if (r.spec.kind == OpKind::kJoin) return e;
   // The refusal takes the place of this submission: the k-th submission of a name pairs
   // with the k-th everywhere, so the other ranks learn of it as this rank's announcement.
@@ -211,8 +211,8 @@ void Engine::release(hvd_handle_t h) {
 }
 
 static Error unknown_handle(hvd_handle_t h) {
-  return Error{"unknown handle " + std::to_string(h) + " (never returned, or already waited for)",
-               HVD_ERR_INVALID_ARGUMENT};
+  return make_error(ErrorKind::kInvalidArgument,
+                    "unknown handle " + std::to_string(h) + " (never returned, or already waited for)");
 }
 
 Status Engine::wait(hvd_handle_t h) {
@@ -237,9 +237,10 @@ Status Engine::wait_result(hvd_handle_t h, void* recv) {
   Status s = wait_done(op);
   release(h);
   if (s && !op->output.empty()) {
-    if (!recv) return Error{"hvd_wait_result: recvbuf is null but the operation has output", HVD_ERR_INVALID_ARGUMENT};
+    if (!recv) return make_error(ErrorKind::kInvalidArgument,
+                                 "hvd_wait_result: recvbuf is null but the operation has output");
     if (op->req.spec.device) {
-      auto g = opts_.gpu ? opts_.gpu() : Result<GpuCollectives*>(Error{"no GPU", HVD_ERR_UNSUPPORTED});
+      auto g = opts_.gpu ? opts_.gpu() : Result<GpuCollectives*>(make_error(ErrorKind::kUnsupported, "no GPU"));
       if (!g) return g.error();
       return (*g)->copy_to_device(recv, op->output.data(), op->output.size());
     }
@@ -277,7 +278,7 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
         break;
       }
       if (quit_) {
-        result = Error{broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_, broken_code_};
+        result = make_error(broken_kind_, broken_reason_.empty() ? "hvd_shutdown was called" : broken_reason_);
         break;
       }
       seen = drive_releases_;
@@ -564,9 +565,8 @@ std::string Engine::oldest_pending_name() {
 Status Engine::check_leaving(const std::vector<CycleMessage>& msgs) {
   for (int r = 0; r < opts_.size; ++r) {
     if (!(msgs[r].flags & kFlagLeaving)) continue;
-    std::string host = r < static_cast<int>(opts_.hosts.size()) ? " (host " + opts_.hosts[r] + ")" : "";
-    if (r == opts_.rank) return Error{"hvd_shutdown was called with this operation pending", HVD_ERR_PEER};
-    std::string who = "rank " + std::to_string(r) + host;
+    if (r == opts_.rank) return make_error(ErrorKind::kPeerLost, "hvd_shutdown was called with this operation pending");
+    std::string who = "rank " + std::to_string(r);
     // This rank still waits on the one that left: that rank is the job's failure (it
     // submitted fewer collectives than this one), whatever this rank then does.
     if (std::string pending = oldest_pending_name(); !pending.empty()) {
@@ -579,7 +579,7 @@ Status Engine::check_leaving(const std::vector<CycleMessage>& msgs) {
       peer_left_ = who;
       peer_left_rank_ = r;
     }
-    return Error{who + " called hvd_shutdown; collectives with it are over", HVD_ERR_PEER};
+    return make_error(ErrorKind::kPeerLost, who + " called hvd_shutdown; collectives with it are over");
   }
   return {};
 }
@@ -589,10 +589,9 @@ Status Engine::process(const std::vector<std::string>& raw) {
   msgs.resize(static_cast<size_t>(opts_.size));
   for (int r = 0; r < opts_.size; ++r)
     if (!decode_message(raw[r], Ring::kFrameBytes, &msgs[r]))
-      return Error{"rank " + std::to_string(opts_.rank) + ": malformed negotiation message from rank " + std::to_string(r),
-                   HVD_ERR_INTERNAL};
+      return make_error(ErrorKind::kInternal, "malformed negotiation message from rank " + std::to_string(r));
   // Where each rank's eager data lies: from the cache as it was when the messages were built.
-  if (auto s = eager_.locate(msgs, cache_, opts_.rank); !s) return s;
+  if (auto s = eager_.locate(msgs, cache_); !s) return s;
   if (auto s = check_leaving(msgs); !s) return s;
   NegotiationResult& out = negotiated_;
   negotiation_.run(msgs, now_s(), &out);
@@ -709,7 +708,7 @@ void Engine::reduce_eagerly(const std::string& name, const Spec& sp, const std::
 namespace {
 // A failure that ends the engine (the ring is gone), not just the operation.
 bool ends_engine(const Status& s, const Ring* ring) {
-  return !s && (s.error().code == HVD_ERR_PEER || s.error().code == HVD_ERR_TIMEOUT || ring->broken());
+  return !s && (s.error().kind == ErrorKind::kPeerLost || s.error().kind == ErrorKind::kTimeout || ring->broken());
 }
 }  // namespace
 
@@ -782,12 +781,13 @@ Status Engine::run_one(const Response& r) {
   }
   GpuCollectives* gpu = nullptr;
   if (s.device) {
-    if (!opts_.gpu) return Error{"device memory but no GPU backend", HVD_ERR_UNSUPPORTED};
+    if (!opts_.gpu) return make_error(ErrorKind::kUnsupported, "device memory but no GPU backend");
     auto g = opts_.gpu();
     if (!g) return g.error();
     gpu = *g;
-    if (!op) return Error{std::string(activity) + " '" + s.name + "': device tensors with joined ranks are not supported",
-                          HVD_ERR_UNSUPPORTED};
+    if (!op)
+      return make_error(ErrorKind::kUnsupported,
+                        std::string(activity) + " '" + s.name + "': device tensors with joined ranks are not supported");
   }
   return executor_.run(r, op.get(), gpu);
 }
@@ -824,10 +824,9 @@ void Engine::fail_all(const Error& e) {
   if (!broken_) {
     broken_ = true;
     broken_reason_ = e.message;
-    broken_code_ = e.code;
+    broken_kind_ = e.kind;
   }
-  const std::string prefix = "rank " + std::to_string(opts_.rank) + ": ";
-  const Error failed{e.message.rfind(prefix, 0) == 0 ? e.message : prefix + e.message, e.code};
+  const Error failed = wrap(e, "rank " + std::to_string(opts_.rank));
   auto fail = [&](Op& op) {
     op.status = failed;
     op.done = true;
@@ -859,7 +858,7 @@ void Engine::stop(const std::string& why) {
     }
     // Tell the others this rank leaves: one last cycle whose message says so.
     if (!broken && opts_.size > 1) (void)cycle();
-    fail_all(Error{why, HVD_ERR_PEER});
+    fail_all(make_error(ErrorKind::kPeerLost, why));
   }
   wake();
   if (thread_.joinable()) thread_.join();
@@ -870,7 +869,7 @@ void Engine::stop(const std::string& why) {
 void Engine::check_stall() {
   if (!stall_) return;
   if (auto report = stall_->check(now_s(), negotiation_, cache_))
-    opts_.on_stall(format_stall(*report, opts_.hosts), report->fatal);
+    opts_.on_stall(format_stall(*report, opts_.host_of), report->fatal);
 }
 
 }  // namespace hvdrun

@@ -54,7 +54,8 @@ struct EngineOptions {
   std::chrono::microseconds park_idle{1000};
   double stall_check_s = tunable_default("HVDRUN_STALL_CHECK_TIME_SECONDS");  // 0: off
   double stall_shutdown_s = tunable_default("HVDRUN_STALL_SHUTDOWN_TIME_SECONDS");  // 0: never
-  std::vector<std::string> hosts;  // host of each rank, for messages (may be empty)
+  // A rank's host, for the stall report (the runtime's, from the rendezvous); unset: none named.
+  std::function<std::string(int rank)> host_of;
   // Device collectives, made on first use (on every rank at the same response).
   std::function<Result<GpuCollectives*>()> gpu;
   // A stall report (one line per name) for hvdrun: rank 0's warning, or any rank's `fatal`
@@ -83,8 +84,8 @@ class Engine {
   // Checks the request locally and queues it. Thread-safe. The k-th submission of a name on
   // a rank pairs with the k-th on every other rank, whatever the threads' timing. One
   // submitted while the same name is pending on this rank is refused at once
-  // (HVD_ERR_INVALID_ARGUMENT), and the refusal takes its turn: the submission each other
-  // rank pairs with it fails with the same code, naming this rank. So every rank reaches
+  // (kInvalidArgument), and the refusal takes its turn: the submission each other
+  // rank pairs with it fails with the same kind, naming this rank. So every rank reaches
   // the same decision, also when two threads race one name and only some ranks see them
   // overlap.
   Result<hvd_handle_t> submit(Request r);
@@ -183,7 +184,7 @@ class Engine {
   hvd_handle_t next_handle_ = 1;
   std::atomic<bool> broken_{false};  // written under mu_; drive() reads it without
   std::string broken_reason_;
-  int broken_code_ = HVD_ERR_PEER;
+  ErrorKind broken_kind_ = ErrorKind::kPeerLost;
   // (mu_) The peer whose hvd_shutdown ended the collectives ("rank 1 (host b)") and its
   // rank, while this rank had nothing pending: a collective submitted later is the proof
   // that it submitted fewer (reported through on_fatal once).

@@ -20,7 +20,7 @@ Status Executor::run(const Response& r, PendingOp* op, GpuCollectives* gpu) {
     case OpKind::kReducescatter: return reducescatter(s, op, gpu);
     case OpKind::kJoin: break;
   }
-  return Error{"internal: unexpected response kind", HVD_ERR_INTERNAL};
+  return make_error(ErrorKind::kInternal, "internal: unexpected response kind");
 }
 
 Status Executor::allreduce(const Spec& s, PendingOp* op, GpuCollectives* gpu) {

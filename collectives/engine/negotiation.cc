@@ -220,15 +220,15 @@ Response Negotiation::respond(const std::string& name, const Entry& e, int activ
   const std::string what = std::string(op_kind_name(base->kind)) + " '" + name + "'";
   std::string mismatch = refusers.empty() ? describe_mismatch(name, specs) : "";
   if (!refusers.empty()) {
-    resp.status = Error{what + ": refused on rank" + (refusers.size() == 1 ? " " : "s ") + join_ints(refusers) +
-                            ", where it was submitted again while pending (names must be unique among pending "
-                            "operations; the k-th submission of a name pairs with the k-th on every rank)",
-                        HVD_ERR_INVALID_ARGUMENT};
+    resp.status = make_error(ErrorKind::kInvalidArgument,
+                             what + ": refused on rank" + (refusers.size() == 1 ? " " : "s ") + join_ints(refusers) +
+                                 ", where it was submitted again while pending (names must be unique among pending "
+                                 "operations; the k-th submission of a name pairs with the k-th on every rank)");
   } else if (!mismatch.empty()) {
-    resp.status = Error{mismatch, HVD_ERR_MISMATCH};
+    resp.status = make_error(ErrorKind::kMismatch, mismatch);
   } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {
-    resp.status = Error{what + " is not supported while ranks have joined (joined: " + join_ints(joined) + ")",
-                        HVD_ERR_INVALID_ARGUMENT};
+    resp.status = make_error(ErrorKind::kInvalidArgument,
+                             what + " is not supported while ranks have joined (joined: " + join_ints(joined) + ")");
   } else if (per_rank_rows(base->kind)) {
     for (int r = 0; r < n; ++r) {
       if (!specs[r]) {  // a joined rank: nothing from it (refused above, kept for safety)

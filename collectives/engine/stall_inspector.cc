@@ -40,11 +40,11 @@ std::optional<StallReport> StallInspector::check(double now, const Negotiation& 
   return report;
 }
 
-std::string format_stall(const StallReport& report, const std::vector<std::string>& hosts) {
+std::string format_stall(const StallReport& report, const std::function<std::string(int rank)>& host_of) {
   std::string out;
   for (auto& [r, names] : report.missing) {
     out += "rank " + std::to_string(r);
-    if (r < static_cast<int>(hosts.size())) out += " (host " + hosts[r] + ")";
+    if (std::string host = host_of ? host_of(r) : ""; !host.empty()) out += " (host " + host + ")";
     out += " has not submitted:";
     size_t shown = 0;
     for (auto& nm : names) {

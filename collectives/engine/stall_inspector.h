@@ -4,6 +4,7 @@
 // caller passes the time.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,7 +38,8 @@ class StallInspector {
   bool warned_ = false;
 };
 
-// "rank 1 (host h1) has not submitted: a b\n", one line per rank, at most 6 names each.
-std::string format_stall(const StallReport& report, const std::vector<std::string>& hosts);
+// "rank 1 (host h1) has not submitted: a b\n", one line per rank, at most 6 names each;
+// the host from `host_of` (none named where it is unset or answers "").
+std::string format_stall(const StallReport& report, const std::function<std::string(int rank)>& host_of);
 
 }  // namespace hvdrun

@@ -15,7 +15,7 @@ TEST(BufferChecks, CountsThatDoNotFitBelowTheTopOfTheAddressSpaceAreRefused) {
   float x[4] = {};
   auto s = check_broadcast_buffer("hvd_broadcast", x, size_t{1} << 62, HVD_FLOAT32);  // 2^64 bytes: 0 if wrapped
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_NE(s.error().message.find("hvd_broadcast: count 4611686018427387904 is too large: buf at "), std::string::npos)
       << s.error().message;
   EXPECT_NE(s.error().message.find("float32 elements below the top of the address space"), std::string::npos);
@@ -46,7 +46,7 @@ TEST(BufferChecks, ARowTimesTheRanksThatWrapsIsRefused) {
   const size_t row = size_t{1} << 55;
   auto s = check_allgather_buffers("hvd_allgatherv_async", &x, nullptr, 1, row, HVD_INT8, 0, 512);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_NE(s.error().message.find("from each of 512 ranks"), std::string::npos) << s.error().message;
   s = check_alltoall_buffers("hvd_alltoall", &x, 1, row, nullptr, HVD_INT8, 512);
   ASSERT_FALSE(s);
@@ -80,7 +80,7 @@ TEST(BufferChecks, PartlyOverlappingBuffersAreRefusedInPlaceIsNot) {
   EXPECT_TRUE(check_allreduce_buffers("hvd_allreduce", 1, s1, same, c, HVD_FLOAT32));
   auto s = check_allreduce_buffers("hvd_allreduce", 1, s1, shifted, c, HVD_FLOAT32);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_NE(s.error().message.find("hvd_allreduce: recvbuf ("), std::string::npos) << s.error().message;
   EXPECT_NE(s.error().message.find(", 64 bytes) overlaps sendbuf ("), std::string::npos) << s.error().message;
   // Groups: tensor 1 in place, tensors 0 and 2 apart; then tensor 0's result on tensor 2's

@@ -94,7 +94,7 @@ TEST(Negotiation, AMismatchFailsTheNameNamingEachValuesRanks) {
   auto out = c.cycle();
   ASSERT_EQ(out.responses.size(), 1u);
   ASSERT_FALSE(out.responses[0].status);
-  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_MISMATCH);
+  EXPECT_EQ(out.responses[0].status.error().kind, ErrorKind::kMismatch);
   EXPECT_EQ(out.responses[0].status.error().message,
             "allreduce 'a': mismatched dtype: float32 on ranks 0,2; float64 on rank 1");
 }
@@ -108,7 +108,7 @@ TEST(Negotiation, ARefusedSubmissionFailsWhatTheOtherRanksPairedWithIt) {
   auto out = c.cycle();
   ASSERT_EQ(out.responses.size(), 1u);
   ASSERT_FALSE(out.responses[0].status);
-  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(out.responses[0].status.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_NE(out.responses[0].status.error().message.find("allreduce 'a': refused on rank 1,"), std::string::npos)
       << out.responses[0].status.error().message;
 }
@@ -149,7 +149,7 @@ TEST(Negotiation, AnInvalidatedNameLeavesTheCacheAndItsBitsCountForNothing) {
   c.msgs[1].specs = {allreduce("a")};
   out = c.cycle();
   ASSERT_EQ(out.responses.size(), 1u);
-  EXPECT_EQ(out.responses[0].status.error().code, HVD_ERR_MISMATCH);
+  EXPECT_EQ(out.responses[0].status.error().kind, ErrorKind::kMismatch);
 }
 
 TEST(Negotiation, JoinedRanksAreNotWaitedForAndOnlyAllreduceAndBarrierRunWithoutThem) {
@@ -229,7 +229,7 @@ TEST(StallInspector, RankZeroWarnsOnceOfNamesMissingPastTheCheckTimeAndAnyRankEn
   ASSERT_TRUE(report);
   EXPECT_FALSE(report->fatal);
   EXPECT_EQ(report->missing, (std::map<int, std::vector<std::string>>{{1, {"cached"}}, {2, {"late", "cached"}}}));
-  EXPECT_EQ(format_stall(*report, {"h0", "h1", "h2"}),
+  EXPECT_EQ(format_stall(*report, [](int r) { return "h" + std::to_string(r); }),
             "rank 1 (host h1) has not submitted: cached\nrank 2 (host h2) has not submitted: late cached\n");
   EXPECT_FALSE(rank0.check(120, c.neg, c.cache));  // warned once
   EXPECT_FALSE(rank1.check(120, c.neg, c.cache));  // only rank 0 warns

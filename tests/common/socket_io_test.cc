@@ -39,7 +39,7 @@ TEST(ConnectTcpRetrying, ARefusalIsFinalWhenTheCallerSaysSo) {
   auto start = Clock::now();
   auto fd = connect_tcp_retrying(port.addr(), sizeof port.sa, start + std::chrono::seconds(20), Refused::kFinal);
   ASSERT_FALSE(fd.ok());
-  EXPECT_EQ(fd.error().code, ECONNREFUSED);
+  EXPECT_EQ(fd.error().sys_errno, ECONNREFUSED);
   EXPECT_LT(seconds_since(start), 10.0);  // not retried until the deadline
 }
 
@@ -60,6 +60,6 @@ TEST(ConnectTcpRetrying, TheLastErrorOnceTheDeadlineHasPassed) {
   auto start = Clock::now();
   auto fd = connect_tcp_retrying(port.addr(), sizeof port.sa, start + std::chrono::milliseconds(300), Refused::kRetry);
   ASSERT_FALSE(fd.ok());
-  EXPECT_EQ(fd.error().code, ECONNREFUSED);
+  EXPECT_EQ(fd.error().sys_errno, ECONNREFUSED);
   EXPECT_GE(seconds_since(start), 0.29);  // it kept trying until the deadline
 }

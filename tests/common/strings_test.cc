@@ -9,7 +9,7 @@ TEST(Strings, ParseIntAcceptsRangeAndNamesBadValues) {
   auto bad = parse_int("4x", "-np", 1, 10);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message, "-np '4x': expected an integer");
-  EXPECT_EQ(bad.error().code, 2);
+  EXPECT_EQ(bad.error().kind, ErrorKind::kUsage);
   auto out = parse_int("11", "-np", 1, 10);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.error().message, "-np '11': expected an integer from 1 to 10");

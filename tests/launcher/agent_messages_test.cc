@@ -64,7 +64,7 @@ TEST(AgentMessages, MalformedFieldsTakeTheirDefaults) {
   EXPECT_EQ(t->bytes, 0u);
   auto se = decode_setup_error("{\"kind\":99999,\"message\":[]}");
   ASSERT_TRUE(se);
-  EXPECT_EQ(se->kind, ErrorKind::kUnspecified);
+  EXPECT_EQ(se->kind, ErrorKind::kLaunchFailed);
   EXPECT_EQ(se->message, "setup failed");
   EXPECT_EQ(se->code, 3);
   auto bad = decode_exited("[1]");

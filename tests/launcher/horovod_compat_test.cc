@@ -1,4 +1,5 @@
 #include "launcher/horovod_compat.h"
+#include "launcher/exit_status.h"
 
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@ TEST(HorovodCompat, PrependToPath) {
 TEST(HorovodCompat, MissingShimIsAUsageError) {
   auto s = check_horovod_compat_dir("/nonexistent/share/hvdrun/horovod-compat");
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, 2);
+  EXPECT_EQ(exit_code_for(s.error()), 2);
   EXPECT_NE(s.error().message.find("/nonexistent/share/hvdrun/horovod-compat"), std::string::npos);
 }
 

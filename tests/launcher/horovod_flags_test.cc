@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "launcher/options.h"
+#include "launcher/exit_status.h"
 
 namespace hvdrun {
 namespace {
@@ -89,7 +90,7 @@ TEST(HorovodFlags, NetworkInterfacesTcpAndRefusals) {
                                        {"-hx", "prog"}}) {
     auto r = parse_command_line(bad);
     ASSERT_FALSE(r.ok()) << bad[0];
-    EXPECT_EQ(r.error().code, 2) << bad[0];
+    EXPECT_EQ(exit_code_for(r.error()), 2) << bad[0];
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
     EXPECT_NE(r.error().message.find(bad[0] == "-hx" ? "-hx" : bad[0]), std::string::npos) << r.error().message;
   }

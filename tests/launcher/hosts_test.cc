@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "launcher/rank_assignment.h"
+#include "launcher/exit_status.h"
 #include "launcher/hosts.h"
 
 #include <gtest/gtest.h>
@@ -50,7 +51,7 @@ TEST(HostList, ErrorsNameTheBadToken) {
     auto r = parse_host_list(c.list);
     ASSERT_FALSE(r.ok()) << c.list;
     EXPECT_NE(r.error().message.find(c.message_part), std::string::npos) << c.list << " -> " << r.error().message;
-    EXPECT_EQ(r.error().code, 2);
+    EXPECT_EQ(exit_code_for(r.error()), 2);
   }
 }
 
@@ -123,7 +124,7 @@ TEST(HostList, HostNamesThatAreOptionsAreRefused) {
     EXPECT_NE(r.error().message.find("starts with '-'; expected a host name or address, not an option"),
               std::string::npos)
         << r.error().message;
-    EXPECT_EQ(r.error().code, 2);
+    EXPECT_EQ(exit_code_for(r.error()), 2);
   }
   auto f = parse_hostfile_text("-oProxyCommand=x slots=1\n", "hf");
   ASSERT_FALSE(f.ok());
@@ -157,7 +158,7 @@ TEST(HostList, SlotTotalsAreSummedIn64BitsAndBounded) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().message,
               "the hosts have 2202009600 slots in all, more than the 1048576 ranks one job may have; give -np");
-    EXPECT_EQ(r.error().code, 2);
+    EXPECT_EQ(exit_code_for(r.error()), 2);
     auto few = assign_ranks(*hosts, 4);  // a few ranks on big hosts is fine
     ASSERT_TRUE(few.ok());
     EXPECT_EQ(few->size(), 4u);
@@ -221,7 +222,7 @@ TEST(HostFile, OnlyRegularFilesWithinTheBound) {
     auto r = read_hostfile(c.path);
     ASSERT_FALSE(r.ok()) << c.path;
     EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
-    EXPECT_EQ(r.error().code, 2);
+    EXPECT_EQ(exit_code_for(r.error()), 2);
   }
   std::string fifo = d.path + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

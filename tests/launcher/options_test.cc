@@ -1,4 +1,5 @@
 #include "launcher/options.h"
+#include "launcher/exit_status.h"
 
 #include <gtest/gtest.h>
 
@@ -185,7 +186,7 @@ TEST(Options, UsageErrorsAreOneLineExitTwo) {
   for (const auto& c : cases) {
     auto r = parse(c.args);
     ASSERT_FALSE(r.ok()) << c.part;
-    EXPECT_EQ(r.error().code, 2);
+    EXPECT_EQ(exit_code_for(r.error()), 2);
     EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
   }

@@ -1,4 +1,5 @@
 #include "launcher/plan.h"
+#include "launcher/exit_status.h"
 
 #include <gtest/gtest.h>
 
@@ -108,7 +109,7 @@ TEST(Plan, BadCombinationsAreOneLineUsageErrors) {
   for (const auto& c : cases) {
     auto p = make_plan(c.o, c.env);
     ASSERT_FALSE(p.ok()) << c.part;
-    EXPECT_EQ(p.error().code, exit_code::kUsage);
+    EXPECT_EQ(exit_code_for(p.error()), exit_code::kUsage);
     EXPECT_NE(p.error().message.find(c.part), std::string::npos) << p.error().message;
     EXPECT_EQ(p.error().message.find('\n'), std::string::npos);
   }

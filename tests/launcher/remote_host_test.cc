@@ -149,7 +149,7 @@ class RecordingLink : public FakeLink {
       if (exits_at_ && Clock::now() >= *exits_at_) {
         err_ = last_words_;
         exited_at = Clock::now();
-        return make_error("b: the agent closed its output", -1);
+        return make_error(ErrorKind::kPeerLost, "b: the agent closed its output");
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 10)));
@@ -233,7 +233,7 @@ class StdinLink : public FakeLink {
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!pending_.empty()) return std::exchange(pending_, std::string());
-      if (done_) return make_error("b: the agent closed its output", -1);
+      if (done_) return make_error(ErrorKind::kPeerLost, "b: the agent closed its output");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 10)));
     return std::string();
@@ -307,7 +307,7 @@ class DyingLink : public FakeLink {
   Result<std::string> read(int) override {
     if (!pending_.empty()) return std::exchange(pending_, std::string());
     err_ = "Connection to b closed by remote host.\n";  // read in the same poll as the EOF
-    return make_error("b: the agent closed its output", -1);
+    return make_error(ErrorKind::kPeerLost, "b: the agent closed its output");
   }
   std::string stderr_text() override { return err_; }
 

@@ -1,5 +1,6 @@
 // Starting one worker (launcher/spawn): real children, real pipes.
 #include "launcher/spawn.h"
+#include "launcher/exit_status.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -77,16 +78,16 @@ TEST(ResolveProgram, FindsInPathAndNamesWhatIsWrong) {
   EXPECT_EQ(*found, d.path + "/tool");
   auto missing = resolve_program("no-such-tool", d.path);
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error().code, 127);
+  EXPECT_EQ(exit_code_for(missing.error()), 127);
   EXPECT_EQ(missing.error().message, "no-such-tool: command not found");
   // Found but not executable: 126, even when a later directory lacks it (execvp's rule).
   auto plain = resolve_program("plain", d.path + ":/nonexistent");
   ASSERT_FALSE(plain.ok());
-  EXPECT_EQ(plain.error().code, 126);
+  EXPECT_EQ(exit_code_for(plain.error()), 126);
   EXPECT_EQ(plain.error().message, "plain: permission denied");
   auto dir = resolve_program(d.path + "/dir", "");
   ASSERT_FALSE(dir.ok());
-  EXPECT_EQ(dir.error().code, 126);
+  EXPECT_EQ(exit_code_for(dir.error()), 126);
   EXPECT_NE(dir.error().message.find("is a directory"), std::string::npos);
   EXPECT_FALSE(resolve_program("", "/bin").ok());
 }
@@ -170,14 +171,14 @@ TEST(SpawnWorker, ExecFailureIsReportedWithItsCode) {
   missing.argv = {"gone"};
   auto m = spawn_worker(missing);
   ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.error().code, 127);
+  EXPECT_EQ(exit_code_for(m.error()), 127);
   EXPECT_EQ(m.error().message, "gone: No such file or directory");
   SpawnRequest plain = sh("");
   plain.exe = d.file("plain", "text\n", 0644);
   plain.argv = {"plain"};
   auto p = spawn_worker(plain);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.error().code, 126);
+  EXPECT_EQ(exit_code_for(p.error()), 126);
   EXPECT_EQ(p.error().message, "plain: Permission denied");
   int st;
   EXPECT_LE(waitpid(-1, &st, WNOHANG), 0) << "a failed spawn left a child to reap";

@@ -171,7 +171,7 @@ TEST(TimelineMerge, APendingSignalStopsTheMerge) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().kind, ErrorKind::kInterrupted);
-  EXPECT_EQ(st.error().code, 128 + SIGTERM);
+  EXPECT_EQ(st.error().exit_code, 128 + SIGTERM);
   EXPECT_NE(st.error().message.find("received SIGTERM while merging the timeline: " + file + " not written"),
             std::string::npos)
       << st.error().message;

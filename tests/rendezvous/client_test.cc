@@ -88,7 +88,7 @@ TEST(RendezvousClient, TalksToTheServerWithTheJobSecret) {
   EXPECT_EQ(*c->get("k"), std::string("v\0w", 3));
   auto missing = c->get("nope");
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error().code, Client::kNotFoundCode);
+  EXPECT_EQ(missing.error().kind, ErrorKind::kMissingKey);
   EXPECT_EQ(*c->add("n", 5), 5);
   EXPECT_EQ(*c->add("n", -2), 3);
   EXPECT_EQ(c->local_address(), "127.0.0.1");
@@ -125,7 +125,7 @@ TEST(RendezvousClient, RefusedByTheServerIsAnAuthenticationError) {
       encode_frame(MsgType::kChallenge, server_nonce + server_proof(secret, hello.substr(kHeaderBytes + 2), server_nonce));
   ASSERT_EQ(::write(conn, challenge.data(), challenge.size()), static_cast<ssize_t>(challenge.size()));
   ASSERT_FALSE(read_frame(conn).empty());  // the client's proof
-  std::string refusal = encode_frame(MsgType::kError, encode_string("authentication failed"));
+  std::string refusal = encode_frame(MsgType::kAuthFailed, encode_string("authentication failed"));
   ASSERT_EQ(::write(conn, refusal.data(), refusal.size()), static_cast<ssize_t>(refusal.size()));
   auto s = client.get();
   ::close(conn);
@@ -156,7 +156,8 @@ TEST(RendezvousClient, ASilentServerIsATimeoutAtTheDeadline) {
   FakeServer fake;  // accepts (the kernel's backlog) and never answers
   auto c = Client::connect("127.0.0.1", fake.port, new_secret(), in(0.3));
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error().code, ETIMEDOUT);
+  EXPECT_EQ(c.error().kind, ErrorKind::kTimeout);
+  EXPECT_EQ(c.error().sys_errno, ETIMEDOUT);
   EXPECT_TRUE(contains(c.error().message, "no reply before the deadline")) << c.error().message;
 }
 

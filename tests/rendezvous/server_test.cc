@@ -212,7 +212,7 @@ TEST(RendezvousServer, KeyValueSemantics) {
   Client c = f.connect();
   auto missing = c.get("nope");
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error().code, Client::kNotFoundCode);
+  EXPECT_EQ(missing.error().kind, ErrorKind::kMissingKey);
   ASSERT_TRUE(c.set("k", "v1").ok());
   ASSERT_TRUE(c.set("k", "v2").ok());  // overwrite
   EXPECT_EQ(*c.get("k"), "v2");
@@ -224,7 +224,7 @@ TEST(RendezvousServer, KeyValueSemantics) {
   EXPECT_TRUE(d.wait({"k", "ctr"}, 1).ok());  // present already
   auto t = d.wait({"k", "later", "never"}, 0.2);
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.error().code, ETIMEDOUT);
+  EXPECT_EQ(t.error().kind, ErrorKind::kTimeout);
   EXPECT_NE(t.error().message.find("later, never"), std::string::npos) << t.error().message;
   // A wait is satisfied by another client's set.
   auto waiter = std::async(std::launch::async, [&] { return d.wait({"a", "b"}, 10); });
@@ -290,7 +290,7 @@ TEST(RendezvousServer, BarrierWaitsForEveryPartyAndTimesOut) {
   Client a = f.connect();
   auto t = a.barrier("lonely", 2, 0.2);
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.error().code, ETIMEDOUT);
+  EXPECT_EQ(t.error().kind, ErrorKind::kTimeout);
   Client b = f.connect(), c = f.connect();
   auto first = std::async(std::launch::async, [&] { return b.barrier("pair", 2, 10); });
   ASSERT_TRUE(wait_waiting(*f.server, 1));

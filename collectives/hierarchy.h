@@ -1,4 +1,4 @@
-// The hierarchy of the hierarchical collectives (ring.cc): which ranks share a host, and
+// The hierarchy of the hierarchical collectives (ring_hierarchical.cc): which ranks share a host, and
 // the two extra rings each rank joins (local: this host's ranks; cross: the ranks with this
 // local index on every host). Built in hvd_init when HVDRUN_HIERARCHICAL_ALLREDUCE or
 // _ALLGATHER (Horovod's HOROVOD_HIERARCHICAL_*, hvdrun --hierarchical-*) asks for it.

@@ -1,5 +1,5 @@
-// What ring.cc and ring_group.cc share: the header every rank compares with its peers
-// before a collective, and how a buffer is cut into chunks.
+// What the ring's communicator and its algorithms share: the header every rank compares
+// with its peers before a collective, and how a buffer is cut into chunks.
 #pragma once
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "collectives/dtype.h"
-#include "collectives/ring.h"
+#include "collectives/ring_comm.h"
 
 namespace hvdrun {
 
@@ -43,7 +43,7 @@ using ring_detail::kind_name;
 using ring_detail::kReducescatter;
 using ring_detail::mod;
 
-struct Ring::Header {
+struct RingComm::Header {
   uint64_t seq;
   uint64_t count;
   int32_t root;

@@ -226,7 +226,7 @@ Status Runtime::connect_ring() {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (client_) (void)client_->set(rdv::kLostKeyPrefix + std::to_string(view_.rank), std::to_string(peer), 5);
   };
-  // Every rank on this host: allreduces through the host's shared segment (ring_group.cc).
+  // Every rank on this host: allreduces through the host's shared segment (shm_allreduce.cc).
   if (view_.local_size == view_.size && po.shm_accept) {
     size_t max_bytes = shm_allreduce_bytes(view_.size);
     std::string why;

@@ -1,5 +1,5 @@
 // Shared memory of all the ranks of one host, for collectives that need every rank at once
-// rather than a neighbour (collectives/ring_group.cc: an allreduce in two barriers instead of
+// rather than a neighbour (collectives/shm_allreduce.cc: an allreduce in two barriers instead of
 // 2(n-1) ring steps). Rank 0 makes an anonymous memfd segment (no name in /dev/shm, so no
 // crash can leave a file) and tells the others its pid, the fd number and a random token
 // (over the ring); each opens /proc/<pid>/fd/<n>, maps it and checks the token. Once every

@@ -42,7 +42,7 @@ Result<Want> wanted(const char* hvdrun_name, const char* horovod_name) {
   if (v.empty() || v == "auto") return Want::kAuto;
   if (v == "1" || v == "true") return Want::kOn;
   if (v == "0" || v == "false") return Want::kOff;
-  return Error{std::string(from) + "='" + v + "': expected auto, 1 or 0", HVD_ERR_INVALID_ARGUMENT};
+  return make_error(ErrorKind::kInvalidArgument, std::string(from) + "='" + v + "': expected auto, 1 or 0");
 }
 
 }  // namespace
@@ -57,14 +57,14 @@ Result<HierarchyWanted> hierarchy_from_tunables() {
 
 Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted wanted) {
   auto deadline = deadline_in(s.timeout_s);
-  auto err = [&](const std::string& m, int code = HVD_ERR_PEER) {
-    return Error{"rank " + std::to_string(s.rank) + ": hierarchical collectives: " + m, code};
+  auto err = [&](const std::string& m, ErrorKind kind = ErrorKind::kPeerLost) {
+    return make_error(kind, "rank " + std::to_string(s.rank) + ": hierarchical collectives: " + m);
   };
   std::vector<std::string> hosts(s.size);
   std::vector<transport::PeerAddress> addr(s.size);
   for (int r = 0; r < s.size; ++r) {
     auto p = s.client->get_peer(r, deadline);
-    if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, HVD_ERR_RENDEZVOUS);
+    if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, ErrorKind::kRendezvous);
     hosts[r] = p->host;
     addr[r] = {p->rank, p->host, p->addr, p->port};
   }
@@ -72,16 +72,15 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   if (h.hosts < 2 || h.per_host < 2) {
     if (h.per_host == 0 && (wanted.allreduce == Want::kOn || wanted.allgather == Want::kOn))
       return err("the hosts have different numbers of ranks (set HVDRUN_HIERARCHICAL_ALLREDUCE and "
-                 "HVDRUN_HIERARCHICAL_ALLGATHER to auto or 0)",
-                 HVD_ERR_INVALID_ARGUMENT);
+                 "HVDRUN_HIERARCHICAL_ALLGATHER to auto or 0)", ErrorKind::kInvalidArgument);
     return {};  // one host, one rank per host, or uneven hosts under auto: the flat ring
   }
   HierarchyOptions which{wanted.allreduce != Want::kOff, wanted.allgather != Want::kOff};
   const int L = h.per_host, C = h.hosts, l = h.local_of[s.rank], c = h.host_of[s.rank];
   auto ring_of = [&](const char* name, int index, int size, int right, int left) -> Result<std::unique_ptr<Ring>> {
     if (auto b = s.client->barrier(std::string("hvdrun/hierarchy/") + name, s.size, s.timeout_s); !b)
-      return err(std::string("barrier before the ") + name + " ring: " + b.error().message, HVD_ERR_RENDEZVOUS);
-    Result<transport::Pair> out = Error{"not connected"};
+      return err(std::string("barrier before the ") + name + " ring: " + b.error().message, ErrorKind::kRendezvous);
+    Result<transport::Pair> out = make_error(ErrorKind::kInternal, "not connected");
     std::thread connector([&] { out = transport::connect_pair(addr[right], s.pairs); });
     auto in = transport::accept_pair(s.listen_fd, addr[left], s.pairs);
     connector.join();

@@ -18,23 +18,25 @@ Result<std::string> exchange_nccl_id(rdv::Client* client, int rank, int size, in
     auto id = make_id();
     if (!id) return id.error();
     if (id->size() != kNcclIdBytes)
-      return Error{who + "NCCL unique id of " + std::to_string(id->size()) + " bytes, expected 128", HVD_ERR_INTERNAL};
+      return make_error(ErrorKind::kInternal,
+                        who + "NCCL unique id of " + std::to_string(id->size()) + " bytes, expected 128");
     if (size > 1) {
-      if (!client) return Error{who + "no rendezvous connection to publish the NCCL id on", HVD_ERR_RENDEZVOUS};
+      if (!client) return make_error(ErrorKind::kRendezvous,
+                                     who + "no rendezvous connection to publish the NCCL id on");
       if (auto s = client->set(key, *id); !s)
-        return Error{who + "publishing the NCCL id (" + key + "): " + s.error().message, HVD_ERR_RENDEZVOUS};
+        return make_error(ErrorKind::kRendezvous, who + "publishing the NCCL id (" + key + "): " + s.error().message);
     }
     return id;
   }
-  if (!client) return Error{who + "no rendezvous connection to fetch the NCCL id from", HVD_ERR_RENDEZVOUS};
+  if (!client) return make_error(ErrorKind::kRendezvous, who + "no rendezvous connection to fetch the NCCL id from");
   if (auto s = client->wait({key}, timeout_s); !s)
-    return Error{who + "waiting for rank 0's NCCL id (" + key + "): " + s.error().message,
-                 s.error().code == ETIMEDOUT ? HVD_ERR_TIMEOUT : HVD_ERR_RENDEZVOUS};
+    return with_kind(with_message(s.error(), who + "waiting for rank 0's NCCL id (" + key + "): " + s.error().message),
+                     s.error().kind == ErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kRendezvous);
   auto id = client->get(key);
-  if (!id) return Error{who + "fetching the NCCL id (" + key + "): " + id.error().message, HVD_ERR_RENDEZVOUS};
+  if (!id) return make_error(ErrorKind::kRendezvous, who + "fetching the NCCL id (" + key + "): " + id.error().message);
   if (id->size() != kNcclIdBytes)
-    return Error{who + "NCCL id under " + key + " has " + std::to_string(id->size()) + " bytes, expected 128",
-                 HVD_ERR_RENDEZVOUS};
+    return make_error(ErrorKind::kRendezvous,
+                      who + "NCCL id under " + key + " has " + std::to_string(id->size()) + " bytes, expected 128");
   return id;
 }
 

@@ -51,7 +51,7 @@ class Ring : public RingComm {
   // result says whether it is attached. An error: the ring itself failed.
   Result<bool> attach_group(const std::string& host, size_t max_bytes, std::string* why);
 
-  // Error codes (Error::code) are HVD_ERR_*.
+  // Errors are kMismatch, kTimeout, kPeerLost or kInternal (common/result.h).
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);

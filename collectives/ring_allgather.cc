@@ -22,7 +22,7 @@ Status Ring::allgather(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
 }
 
 Status Ring::allgatherv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& bytes) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   std::vector<size_t> off(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) off[r + 1] = off[r] + bytes[r];
   char* out = static_cast<char*>(recvbuf);

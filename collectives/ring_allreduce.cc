@@ -33,9 +33,9 @@ Status Ring::small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype
     std::memcpy(&theirs, at(recv_b), sizeof theirs);
     if (!(theirs == h)) {
       std::string who = s == 0 ? "its left neighbour " + left_.peer().describe() : "rank " + std::to_string(recv_b);
-      return fail(Error{"rank " + std::to_string(rank_) + " called " + h.describe() + " but " + who + " called " +
-                            theirs.describe(),
-                        HVD_ERR_MISMATCH});
+      return fail(make_error(ErrorKind::kMismatch,
+                             "rank " + std::to_string(rank_) + " called " + h.describe() + " but " + who + " called " +
+                                 theirs.describe()));
     }
   }
   std::memcpy(buf, at(0) + sizeof h, bytes);
@@ -61,7 +61,7 @@ Status Ring::allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dty
   if (in && !flat) std::memcpy(buf, in, count * es);
   if (hier_.allreduce && local_) return hierarchical_allreduce(buf, count, dtype, op);
   if (one_pass) {
-    if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+    if (broken_) return broken_error();
     return small_allreduce(h, buf, count, dtype, op);
   }
   if (auto s = check_agreement(h); !s) return s;

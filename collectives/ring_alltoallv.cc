@@ -11,7 +11,7 @@ namespace hvdrun {
 // at least s hops (to ranks r+1 .. r-s+n), and receives those of rank r-s; it keeps the
 // one addressed to itself and forwards the rest at the next step.
 Status Ring::alltoallv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& bytes) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   const int n = size_;
   auto b = [&](int src, int dst) { return bytes[static_cast<size_t>(mod(src, n)) * n + mod(dst, n)]; };
   // Where each source's block lands in recv (by source rank).

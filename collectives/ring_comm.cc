@@ -31,10 +31,19 @@ Status RingComm::fail(Error e) {
   // first reason.
   broken_ = true;
   broken_reason_ = e.message;
-  if (on_fatal && (e.code == HVD_ERR_MISMATCH || e.code == HVD_ERR_TIMEOUT)) on_fatal(e);
+  if (on_fatal && (e.kind == ErrorKind::kMismatch || e.kind == ErrorKind::kTimeout)) on_fatal(e);
   if (on_peer_lost && e.kind == ErrorKind::kPeerLost && e.peer_rank >= 0) on_peer_lost(e.peer_rank);
   close(e.message);
   return e;
+}
+
+Error RingComm::broken_error() const {
+  return make_error(ErrorKind::kPeerLost, "the ring is broken by an earlier failure: " + broken_reason_);
+}
+
+Error RingComm::transfer_failed(Error e) {
+  const ErrorKind kind = e.kind == ErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kPeerLost;
+  return with_kind(std::move(e), kind);
 }
 
 Status RingComm::step(const char* send, size_t send_len, char* recv, size_t recv_len, bool forward,
@@ -57,13 +66,12 @@ Status RingComm::step(const char* send, size_t send_len, char* recv, size_t recv
 Status RingComm::run(const transport::TransferSpec& spec) {
   auto s = transport::transfer(&right_, &left_, spec, opts_.timeout_s, opts_.spin_us, opts_.spin_yields);
   if (!s)
-    return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
-                      s.error().kind, s.error().peer_rank});
+    return fail(transfer_failed(s.error()));
   return {};
 }
 
 Status RingComm::check_agreement(const Header& mine) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   if (size_ == 1) return {};
   Header theirs{};
   if (auto s = step(reinterpret_cast<const char*>(&mine), sizeof mine, reinterpret_cast<char*>(&theirs), sizeof theirs,
@@ -71,9 +79,9 @@ Status RingComm::check_agreement(const Header& mine) {
       !s)
     return s;
   if (!(theirs == mine))
-    return fail(Error{"rank " + std::to_string(rank_) + " called " + mine.describe() + " but its left neighbour " +
-                          left_.peer().describe() + " called " + theirs.describe(),
-                      HVD_ERR_MISMATCH});
+    return fail(make_error(ErrorKind::kMismatch,
+                           "rank " + std::to_string(rank_) + " called " + mine.describe() + " but its left neighbour " +
+                               left_.peer().describe() + " called " + theirs.describe()));
   return {};
 }
 
@@ -83,9 +91,9 @@ Status RingComm::check_agreement(const Header& mine) {
 // socket buffers leaves at once (one exchange, not a length round trip first); a longer one
 // never makes both neighbours wait for room only the other's next step frees.
 Status RingComm::allgather_bytes(std::vector<std::string>* all) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   if (all->size() != static_cast<size_t>(size_) || (*all)[rank_].size() < kFrameBytes)
-    return Error{"internal: allgather_bytes needs one framed string per rank", HVD_ERR_INTERNAL};
+    return make_error(ErrorKind::kInternal, "internal: allgather_bytes needs one framed string per rank");
   for (int s = 0; s < size_ - 1; ++s) {
     int send_b = mod(rank_ - s, size_), recv_b = mod(rank_ - s - 1, size_);
     std::string& body = (*all)[send_b];
@@ -100,9 +108,8 @@ Status RingComm::allgather_bytes(std::vector<std::string>* all) {
     first.sent_out = &sent;
     if (auto st = run(first); !st) return st;
     if (got_len > (64u << 20))
-      return fail(Error{"rank " + std::to_string(rank_) + ": negotiation message of " + std::to_string(got_len) +
-                            " bytes from " + left_.peer().describe() + " (corrupt stream)",
-                        HVD_ERR_INTERNAL});
+      return fail(make_error(ErrorKind::kInternal, "negotiation message of " + std::to_string(got_len) + " bytes from " +
+                                                       left_.peer().describe() + " (corrupt stream)"));
     std::string& in = (*all)[recv_b];
     in.resize(kFrameBytes + got_len);
     if (auto st = step(body.data() + sent, body.size() - sent, in.data() + kFrameBytes, got_len, false); !st)

@@ -82,6 +82,10 @@ class RingComm {
               const std::function<void(size_t, const char*, size_t)>& on_recv_direct = {}, size_t unit = 1);
   Status run(const transport::TransferSpec& spec);  // a transfer on our pairs; a failure breaks the ring
   Status fail(Error e);
+  // What every call answers once the ring is broken (kPeerLost, naming the first failure).
+  Error broken_error() const;
+  // A transfer's failure as the ring's: a time-out stays one, any other is the peer lost.
+  static Error transfer_failed(Error e);
 
   int rank_, size_;
   transport::Pair right_, left_;

@@ -30,7 +30,7 @@ size_t group_slot_bytes(size_t segment_bytes, int ranks) {
 Result<bool> Ring::attach_group(const std::string& host, size_t max_bytes, std::string* why) {
   if (size_ < 2) return false;
   GroupInfo info;
-  Result<transport::ShmGroup> g = Error{"not made"};
+  Result<transport::ShmGroup> g = make_error(ErrorKind::kInternal, "not made");
   if (rank_ == 0) {
     g = transport::ShmGroup::create(size_, group_slot_bytes(opts_.segment_bytes, size_), host);
     if (g) {
@@ -42,7 +42,7 @@ Result<bool> Ring::attach_group(const std::string& host, size_t max_bytes, std::
   if (rank_ != 0)
     g = info.ok ? transport::ShmGroup::open(info.pid, info.fd, std::string(info.token, sizeof info.token), rank_, size_,
                                             host)
-                : Result<transport::ShmGroup>(Error{"rank 0 could not make the segment"});
+                : Result<transport::ShmGroup>(make_error(ErrorKind::kInternal, "rank 0 could not make the segment"));
   int32_t ok = g.ok() ? 1 : 0;
   if (auto s = allreduce(&ok, &ok, 1, HVD_INT32, HVD_OP_MIN); !s) return s.error();  // every rank has mapped it
   // Now every rank has written its pid: watch them (each still in this call, so alive).
@@ -61,8 +61,7 @@ Result<bool> Ring::attach_group(const std::string& host, size_t max_bytes, std::
 Status Ring::group_barrier() {
   auto s = group_->barrier(opts_.timeout_s, opts_.spin_us, opts_.spin_yields);
   if (!s)
-    return fail(Error{s.error().message, s.error().kind == ErrorKind::kTimeout ? HVD_ERR_TIMEOUT : HVD_ERR_PEER,
-                      s.error().kind, s.error().peer_rank});
+    return fail(transfer_failed(s.error()));
   return {};
 }
 
@@ -72,9 +71,9 @@ Status Ring::check_group_notes(unsigned set, const Header& h) {
     Header theirs;
     std::memcpy(&theirs, group_->note(set, r), sizeof theirs);
     if (!(theirs == h))
-      return fail(Error{"rank " + std::to_string(rank_) + " called " + h.describe() + " but rank " + std::to_string(r) +
-                            " called " + theirs.describe(),
-                        HVD_ERR_MISMATCH});
+      return fail(make_error(ErrorKind::kMismatch,
+                             "rank " + std::to_string(rank_) + " called " + h.describe() + " but rank " + std::to_string(r) +
+                                 " called " + theirs.describe()));
   }
   return {};
 }

@@ -23,7 +23,7 @@
 namespace hvdrun {
 
 Status Ring::hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   const size_t es = dtype_size(dtype);
   const hvd_op_t sum_op = op == HVD_OP_AVERAGE ? HVD_OP_SUM : op;  // divided once, by the job's size
   Status st = [&]() -> Status {
@@ -47,7 +47,7 @@ Status Ring::hierarchical_allreduce(char* buf, size_t count, hvd_dtype_t dtype, 
 }
 
 Status Ring::hierarchical_allgather(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   const size_t block = count * dtype_size(dtype);
   const int L = local_->size_, C = cross_->size_;
   gather_scratch_.resize(block * (C + static_cast<size_t>(size_)));

@@ -26,7 +26,7 @@
 namespace hvdrun {
 
 Status Ring::group_allreduce(const Header& h, const char* in, char* out, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   transport::ShmGroup& g = *group_;
   const int n = size_;
   const size_t es = dtype_size(dtype), piece = std::max<size_t>(1, g.slot_bytes() / es);

@@ -16,7 +16,7 @@ namespace hvdrun {
 
 Status Ring::group_reducescatter(const Header& h, const char* in, char* out, const std::vector<size_t>& off,
                                  hvd_dtype_t dtype, hvd_op_t op) {
-  if (broken_) return Error{"the ring is broken by an earlier failure: " + broken_reason_, HVD_ERR_PEER};
+  if (broken_) return broken_error();
   transport::ShmGroup& g = *group_;
   const int n = size_;
   const size_t es = dtype_size(dtype), slice = g.slot_bytes() / es / n;

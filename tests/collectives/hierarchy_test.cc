@@ -79,7 +79,7 @@ TEST(HierarchyWanted, AnUnknownValueIsAnErrorNamingIt) {
   Env e(nullptr, nullptr, "yes", nullptr);
   auto w = hierarchy_from_tunables();
   ASSERT_FALSE(w.ok());
-  EXPECT_EQ(w.error().code, HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(w.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_EQ(w.error().message, "HOROVOD_HIERARCHICAL_ALLREDUCE='yes': expected auto, 1 or 0");
 }
 

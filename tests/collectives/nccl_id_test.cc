@@ -79,7 +79,7 @@ TEST(NcclIdRelay, AMissingRankZeroIsATimeOutNamingTheKey) {
   auto c = job.client();
   auto id = exchange_nccl_id(&c, 1, 2, 0, [] { return Result<std::string>(id_of('x')); }, 0.3);
   ASSERT_FALSE(id.ok());
-  EXPECT_EQ(id.error().code, HVD_ERR_TIMEOUT);
+  EXPECT_EQ(id.error().kind, ErrorKind::kTimeout);
   EXPECT_NE(id.error().message.find("rank 1: waiting for rank 0's NCCL id (hvdrun/nccl/unique_id)"), std::string::npos)
       << id.error().message;
 }

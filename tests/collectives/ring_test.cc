@@ -474,7 +474,7 @@ TEST(Ring, SilentPeerTimesOut) {
   std::vector<float> buf(10, 1.f);
   auto s = rings[0]->allreduce(buf.data(), buf.data(), 10, HVD_FLOAT32, HVD_OP_SUM);  // rank 1 never calls
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, HVD_ERR_TIMEOUT);
+  EXPECT_EQ(s.error().kind, ErrorKind::kTimeout);
   EXPECT_NE(s.error().message.find("no progress with rank 1 (host h)"), std::string::npos) << s.error().message;
 }
 

@@ -187,8 +187,7 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   auto bound = [&] { set_session_timeout(ss, seconds_until(deadline)); };
 
   bound();
-  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost,
-                                                   label + ": " + connect_cause(ssh_get_error(ss)));
+  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
   fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
 
   if (s.host_key_policy != HostKeyPolicy::kNo) {
@@ -203,12 +202,10 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
       case SSH_KNOWN_HOSTS_UNKNOWN:
       case SSH_KNOWN_HOSTS_NOT_FOUND:
         if (s.host_key_policy == HostKeyPolicy::kYes)
-          return make_error(ErrorKind::kAuth,
-                            label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
-                                "/known_hosts first)");
+          return make_error(ErrorKind::kAuth, label + ": host key unknown, and --ssh-host-key-checking is yes (add it to " + s.ssh_dir +
+                            "/known_hosts first)");
         if (ssh_session_update_known_hosts(ss) != SSH_OK)
-          return make_error(ErrorKind::kLaunchFailed,
-                            label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
+          return make_error(ErrorKind::kLaunchFailed, label + ": cannot add the host key to known_hosts: " + ssh_get_error(ss));
         break;
       case SSH_KNOWN_HOSTS_ERROR:
         return make_error(ErrorKind::kLaunchFailed, label + ": cannot check the host key: " + ssh_get_error(ss));

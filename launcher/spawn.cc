@@ -45,6 +45,13 @@ Result<std::string> resolve_program(const std::string& program, const std::strin
   return first_bad;
 }
 
+// The kind of an exec that failed with errno `rc` (127 and 126 as a shell says them).
+static ErrorKind exec_failure_kind(int rc) {
+  if (rc == ENOENT) return ErrorKind::kNotFound;
+  if (rc == EACCES || rc == ENOEXEC) return ErrorKind::kNotExecutable;
+  return ErrorKind::kLaunchFailed;
+}
+
 static Error pipe_error() {
   std::string msg = std::string("pipe: ") + std::strerror(errno);
   if (errno == EMFILE) msg += " (each local worker needs 2 descriptors: raise 'ulimit -n')";
@@ -118,10 +125,7 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     int rc = child_errno;
-    const ErrorKind kind = rc == ENOENT                      ? ErrorKind::kNotFound
-                           : rc == EACCES || rc == ENOEXEC ? ErrorKind::kNotExecutable
-                                                           : ErrorKind::kLaunchFailed;
-    return make_sys_error(kind, req.argv[0] + ": " + std::strerror(rc), rc);
+    return make_sys_error(exec_failure_kind(rc), req.argv[0] + ": " + std::strerror(rc), rc);
   }
   SpawnedWorker w;
   w.pid = pid;

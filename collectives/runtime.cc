@@ -107,7 +107,6 @@ Status Runtime::init() {
 
   auto client = rdv::Client::connect(*addr, static_cast<int>(*port), *secret, deadline);
   if (!client) {
-    // Any failure to connect but a refused proof is the rendezvous's.
     const ErrorKind kind = client.error().kind == ErrorKind::kAuth ? ErrorKind::kAuth : ErrorKind::kRendezvous;
     return as_rank(kind, view->rank, client.error());
   }

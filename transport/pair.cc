@@ -75,8 +75,7 @@ Result<Pair> connect_pair(const PeerAddress& to, const PairOptions& o) {
   std::string nonce_a = reply.substr(0, auth::kNonceBytes);
   std::string ctx_bytes = pair_context(from, dest, nonce_i, nonce_a);
   if (!auth::constant_time_equal(reply.substr(auth::kNonceBytes), auth::hmac_sha256(o.secret, "pair-acceptor" + ctx_bytes)))
-    return make_error(ErrorKind::kAuth,
-                      ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
+    return make_error(ErrorKind::kAuth, ctx("the peer failed authentication (not this job's rank " + std::to_string(to.rank) + ")"));
   // 3. -> our proof
   std::string proof = auth::hmac_sha256(o.secret, "pair-initiator" + ctx_bytes);
   if (auto s = io_exact(fd.get(), proof.data(), proof.size(), true, o.deadline); !s) return wrap(s.error(), where);

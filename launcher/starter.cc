@@ -277,8 +277,6 @@ class SrunStarter : public AgentStarter {
     int task = -1;
   };
 
-  // Accepts until every host's agent is here, srun has ended, or the deadline passed. A
-  // connection without the token in its first frame is dropped.
   // srun's command line and environment: every host's agent, told where to dial back
   // (`dial`: "PORT ADDR,...") and the token to prove.
   Result<SpawnRequest> srun_request(const std::vector<std::string>& hosts, const std::string& dial) const {
@@ -297,6 +295,8 @@ class SrunStarter : public AgentStarter {
     return req;
   }
 
+  // Accepts until every host's agent is here, srun has ended, or the deadline passed. A
+  // connection without the token in its first frame is dropped.
   void accept_agents(Clock::time_point deadline) {
     size_t done = 0;
     while (!stop_ && done < hosts_.size() && Clock::now() < deadline) {

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/unique_fd.h"
+#include "common/net.h"
 #include "common/socket_io.h"
 #include "pid_holder.h"
 
@@ -138,19 +139,6 @@ TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
   EXPECT_EQ(pending & (uint64_t{1} << SIGCONT), 0u) << "it was sent SIGCONT";
 }
 
-// A port with nobody behind it (one we held and let go).
-int closed_port() {
-  UniqueFd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return -1;
-  return ntohs(a.sin_port);
-}
-
 SshSettings ssh_to(int port, double timeout) {
   SshSettings s;
   s.port = port;
@@ -160,12 +148,12 @@ SshSettings ssh_to(int port, double timeout) {
 }
 
 TEST(SshLink, ARefusedConnectionNamesTheHostAndPort) {
-  int port = closed_port();
-  ASSERT_GT(port, 0);
-  auto link = open_ssh_link("127.0.0.1", ssh_to(port, 10), "true");
+  auto port = free_tcp_port();  // nobody behind it (one it held and let go)
+  ASSERT_TRUE(port.ok());
+  auto link = open_ssh_link("127.0.0.1", ssh_to(*port, 10), "true");
   ASSERT_FALSE(link.ok());
   EXPECT_EQ(link.error().kind, ErrorKind::kUnreachableHost);
-  EXPECT_EQ(link.error().message, "127.0.0.1:" + std::to_string(port) + ": connection refused");
+  EXPECT_EQ(link.error().message, "127.0.0.1:" + std::to_string(*port) + ": connection refused");
 }
 
 // A host that takes the connection and never says a word (a hung sshd, a black hole behind

@@ -11,16 +11,21 @@
 
 namespace hvdrun {
 
-// Forks a child with pid `pid` that leads a process group of that id and pauses until it
-// is killed. Returns its pid in the parent, or -1 with errno set (no CAP_SYS_ADMIN, the pid
-// is in use, an old kernel).
-inline long clone_holding_pid(pid_t pid) {
+// clone3 with set_tid: 0 in the child with pid `pid`, its pid in the parent, or -1.
+inline long clone_with_pid(pid_t pid) {
   clone_args ca{};
   ca.exit_signal = SIGCHLD;
   pid_t want = pid;
   ca.set_tid = reinterpret_cast<uint64_t>(&want);
   ca.set_tid_size = 1;
-  long child = syscall(SYS_clone3, &ca, sizeof ca);
+  return syscall(SYS_clone3, &ca, sizeof ca);
+}
+
+// Forks a child with pid `pid` that leads a process group of that id and pauses until it
+// is killed. Returns its pid in the parent, or -1 with errno set (no CAP_SYS_ADMIN, the pid
+// is in use, an old kernel).
+inline long clone_holding_pid(pid_t pid) {
+  long child = clone_with_pid(pid);
   if (child == 0) {
     setpgid(0, 0);
     while (true) pause();
@@ -34,12 +39,7 @@ inline long clone_holding_pid(pid_t pid) {
 // returns: whatever was sent to the child before the test's SIGUSR1 is in the report
 // (SIGKILL, which cannot wait, ends it instead: the report never comes).
 inline long clone_holding_pid_reporting(pid_t pid, int report_fd) {
-  clone_args ca{};
-  ca.exit_signal = SIGCHLD;
-  pid_t want = pid;
-  ca.set_tid = reinterpret_cast<uint64_t>(&want);
-  ca.set_tid_size = 1;
-  long child = syscall(SYS_clone3, &ca, sizeof ca);
+  long child = clone_with_pid(pid);
   if (child == 0) {
     sigset_t all, usr1, pending;
     sigfillset(&all);

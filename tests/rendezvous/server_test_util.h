@@ -1,5 +1,6 @@
 // The rendezvous server tests' shared parts: a server in-process with its callbacks'
-// records (Fixture), raw connections for misbehaving clients, and deadline-bounded waits.
+// records (Fixture), raw connections for misbehaving clients (RawSession: authenticated,
+// then frames at will), deadline-bounded waits, the process's peak resident size.
 #pragma once
 
 #include "rendezvous/server.h"
@@ -126,5 +127,86 @@ inline bool wait_count(Count count, int n) {
 }
 inline bool wait_registered(Server& s, int n) { return wait_count([&] { return s.registered(); }, n); }
 inline bool wait_waiting(Server& s, int n) { return wait_count([&] { return s.waiting(); }, n); }
+
+
+// An authenticated raw connection: the handshake done by hand, then frames at will.
+struct RawSession {
+  UniqueFd fd;
+  RawSession(int port, const std::string& secret) : fd(raw_connect(port)) {
+    std::string cn = random_bytes(kNonceBytes);
+    send(MsgType::kHello, cn);
+    Frame ch = recv();
+    std::string sn = ch.payload.substr(0, kNonceBytes);
+    send(MsgType::kAuth, client_proof(secret, sn, cn));
+  }
+  void send(MsgType t, std::string_view payload) {
+    std::string f = encode_frame(t, payload);
+    size_t off = 0;
+    while (off < f.size()) {
+      ssize_t n = write(fd.get(), f.data() + off, f.size() - off);
+      ASSERT_GT(n, 0);
+      off += static_cast<size_t>(n);
+    }
+  }
+  bool read_exact(char* p, size_t n, double seconds) {
+    auto deadline = in(seconds);
+    while (n) {
+      pollfd pf{fd.get(), POLLIN, 0};
+      if (Clock::now() > deadline) return false;
+      if (poll(&pf, 1, 50) <= 0) continue;
+      ssize_t r = read(fd.get(), p, n);
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  Frame recv(double seconds = 5) {
+    char hdr[4];
+    if (!read_exact(hdr, 4, seconds)) return Frame{kProtocolVersion, MsgType::kAuthOk, "(no frame)"};
+    auto len = decode_length(hdr, kMaxFrame);
+    if (!len) return Frame{kProtocolVersion, MsgType::kAuthOk, "(bad length)"};
+    std::string body(*len, '\0');
+    if (!read_exact(body.data(), body.size(), seconds)) return Frame{kProtocolVersion, MsgType::kAuthOk, "(short)"};
+    return *decode_body(body);
+  }
+  // The error message of an error frame ("" for another frame).
+  std::string error(double seconds = 5) {
+    Frame f = recv(seconds);
+    if (f.type != MsgType::kError) return std::string("not an error: ") + msg_type_name(f.type);
+    return *decode_string(f.payload);
+  }
+};
+
+// The process's peak resident size (VmHWM) since the last reset_peak_rss(), in KiB.
+inline long peak_rss_kib() {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib;
+}
+
+// Resets VmHWM to the current resident size (proc(5), /proc/PID/clear_refs "5").
+inline bool reset_peak_rss() {
+  FILE* f = fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  bool ok = fputs("5", f) >= 0;
+  return fclose(f) == 0 && ok;
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The server still answers: a fresh client sets, reads and completes a barrier.
+inline void server_still_serves(Fixture& f) {
+  Client c = f.connect();
+  ASSERT_TRUE(c.set("alive", "yes").ok());
+  auto v = c.get("alive");
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_EQ(*v, "yes");
+  EXPECT_TRUE(c.barrier("alive-barrier", 1, 5).ok());
+}
 
 }  // namespace hvdrun::rdv::server_test

@@ -57,7 +57,7 @@ bool transient_connect_error(int err, Refused refused) {
 }  // namespace
 
 Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline,
-                                      Refused refused) {
+                                      Refused refused, const std::function<void(int err)>& on_retry) {
   using Clock = std::chrono::steady_clock;
   std::minstd_rand rng(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
   // No route or network for this long is no flap: a wrong interface or address fails
@@ -68,6 +68,7 @@ Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::ch
     auto fd = connect_tcp(sa, len, deadline);
     if (fd || !transient_connect_error(fd.error().sys_errno, refused) || Clock::now() >= deadline) return fd;
     if (fd.error().sys_errno != ECONNREFUSED && Clock::now() >= unreachable_until) return fd;
+    if (on_retry) on_retry(fd.error().sys_errno);
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     double sleep = std::min(backoff * std::uniform_real_distribution<double>(0.5, 1.5)(rng), left);
     std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, sleep)));

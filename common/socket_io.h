@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string_view>
 
 #include <sys/socket.h>
@@ -32,10 +33,11 @@ enum class Refused { kRetry, kFinal };
 // connect_tcp, tried again with jittered back-off (10 ms doubling to 1 s) until `deadline`
 // while the error is transient: no route or network (a link flapping; for at most
 // kUnreachableRetry), a reset, a time-out of one try, and a refusal when `refused` says
-// so. The error is the last try's.
+// so. The error is the last try's. `on_retry`, when set, is called with each failed try's
+// errno before the pause that precedes the next (a test waits on it).
 constexpr std::chrono::seconds kUnreachableRetry{10};
 Result<UniqueFd> connect_tcp_retrying(const sockaddr* sa, socklen_t len, std::chrono::steady_clock::time_point deadline,
-                                      Refused refused);
+                                      Refused refused, const std::function<void(int err)>& on_retry = {});
 
 Status write_exact(int fd, const void* buf, size_t len, std::chrono::steady_clock::time_point deadline);
 

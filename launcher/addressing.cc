@@ -51,6 +51,52 @@ Result<std::vector<Pair>> candidates(const AddressingInput& in, const RemoteView
   return out;
 }
 
+// One launcher address every host can use (in this machine's order of preference); ""
+// when there is none.
+std::string common_launcher_address(const std::vector<std::vector<Pair>>& cands) {
+  std::string common;
+  if (!cands.empty())
+    for (const auto& p : cands[0]) {
+      bool everywhere = std::all_of(cands.begin(), cands.end(), [&](const std::vector<Pair>& c) {
+        return std::any_of(c.begin(), c.end(), [&](const Pair& q) { return q.launcher == p.launcher; });
+      });
+      if (everywhere) {
+        common = p.launcher;
+        break;
+      }
+    }
+  return common;
+}
+
+// The addresses of one remote host's ranks: on --network-interface when given, else the
+// pair that uses `common` (else its best).
+Result<HostAddressing> remote_addressing(const AddressingInput& in, const RemoteView& r, const std::vector<Pair>& cand,
+                                         const std::string& common) {
+  HostAddressing h;
+  if (!in.iface_addr.empty()) {
+    h.rendezvous_addr = in.iface_addr;
+    h.iface = in.iface;
+    for (const auto& x : r.hello.ifaces)
+      if (x.iface == in.iface && (h.host_addr.empty() || !x.v6)) h.host_addr = x.addr;
+    if (h.host_addr.empty() && !cand.empty()) h.host_addr = cand[0].host;
+    if (h.host_addr.empty())
+      return error_of(ErrorKind::kLaunchFailed, "host " + r.host + " has no address on --network-interface " + in.iface +
+                            " (its addresses: " + list(r.hello.ifaces) + ")");
+  } else {
+    Pair p = cand[0];
+    for (const auto& q : cand)
+      if (q.launcher == common) {
+        p = q;
+        break;
+      }
+    h.rendezvous_addr = p.launcher;
+    h.host_addr = p.host;
+    h.iface = iface_holding(r.hello.ifaces, p.host);
+  }
+  h.gloo_iface = !h.iface.empty() ? h.iface : iface_holding(r.hello.ifaces, h.host_addr);
+  return h;
+}
+
 }  // namespace
 
 Result<Addressing> plan_addressing(const AddressingInput& in) {
@@ -65,43 +111,11 @@ Result<Addressing> plan_addressing(const AddressingInput& in) {
     }
     cands.push_back(std::move(*c));
   }
-  // One launcher address every host can use (in this machine's order of preference).
-  std::string common;
-  if (!cands.empty())
-    for (const auto& p : cands[0]) {
-      bool everywhere = std::all_of(cands.begin(), cands.end(), [&](const std::vector<Pair>& c) {
-        return std::any_of(c.begin(), c.end(), [&](const Pair& q) { return q.launcher == p.launcher; });
-      });
-      if (everywhere) {
-        common = p.launcher;
-        break;
-      }
-    }
+  std::string common = common_launcher_address(cands);
   for (size_t i = 0; i < in.remotes.size(); ++i) {
-    const RemoteView& r = in.remotes[i];
-    HostAddressing h;
-    if (!in.iface_addr.empty()) {
-      h.rendezvous_addr = in.iface_addr;
-      h.iface = in.iface;
-      for (const auto& x : r.hello.ifaces)
-        if (x.iface == in.iface && (h.host_addr.empty() || !x.v6)) h.host_addr = x.addr;
-      if (h.host_addr.empty() && !cands[i].empty()) h.host_addr = cands[i][0].host;
-      if (h.host_addr.empty())
-        return error_of(ErrorKind::kLaunchFailed, "host " + r.host + " has no address on --network-interface " + in.iface +
-                              " (its addresses: " + list(r.hello.ifaces) + ")");
-    } else {
-      Pair p = cands[i][0];
-      for (const auto& q : cands[i])
-        if (q.launcher == common) {
-          p = q;
-          break;
-        }
-      h.rendezvous_addr = p.launcher;
-      h.host_addr = p.host;
-      h.iface = iface_holding(r.hello.ifaces, p.host);
-    }
-    h.gloo_iface = !h.iface.empty() ? h.iface : iface_holding(r.hello.ifaces, h.host_addr);
-    a.remote[r.host] = h;
+    auto h = remote_addressing(in, in.remotes[i], cands[i], common);
+    if (!h) return h.error();
+    a.remote[in.remotes[i].host] = *h;
   }
   if (!in.iface_addr.empty()) {
     a.bind_addr = a.local.rendezvous_addr = a.local.host_addr = a.master_addr = in.iface_addr;

@@ -174,6 +174,51 @@ Result<std::vector<std::pair<std::string, std::string>>> read_config_file(const 
   return parse_config_text(text, "--config-file '" + printable(path) + "'");
 }
 
+namespace {
+
+// One key of a config file's section: the flag it stands for and its value ("1" or "0"
+// for a switch). `fail` makes the error.
+template <class Fail>
+Result<std::pair<std::string, std::string>> config_entry(const std::string& section, const std::string& key,
+                                                         const YAML::Node& node, Fail fail) {
+  const std::string name = section + "." + key;
+  // Keys whose flags belong to other parts of hvdrun.
+  static const std::map<std::string, std::pair<std::string, char>> kOther = {
+      {"params.hierarchical_allreduce", {"--hierarchical-allreduce", 'b'}},
+      {"params.hierarchical_allgather", {"--hierarchical-allgather", 'b'}},
+      {"timeline.filename", {"--timeline-filename", 's'}},
+      {"timeline.mark_cycles", {"--timeline-mark-cycles", 'b'}},
+      {"stall_check.enabled", {"--stall-check", 'b'}},
+      {"logging.level", {"--log-level", 's'}},
+  };
+  if (!node.IsScalar()) return fail("'" + name + "': expected a value");
+  const HorovodFlag* flag = nullptr;
+  for (const auto& f : horovod_flags())
+    if (section == f.section && key == f.key) flag = &f;
+  char type = 's';
+  std::string flag_name;
+  if (flag) {
+    flag_name = flag->name;
+    type = flag->kind == HorovodFlag::kTrue || flag->kind == HorovodFlag::kFalse ? 'b' : 's';
+  } else if (auto it = kOther.find(name); it != kOther.end()) {
+    flag_name = it->second.first;
+    type = it->second.second;
+  } else {
+    return fail("unknown key '" + name + "'");
+  }
+  std::string value;
+  if (type == 'b') {
+    bool b;
+    if (!YAML::convert<bool>::decode(node, b)) return fail("'" + name + "': expected true or false");
+    value = b ? "1" : "0";
+  } else {
+    value = node.as<std::string>();
+  }
+  return std::make_pair(flag_name, value);
+}
+
+}  // namespace
+
 Result<std::vector<std::pair<std::string, std::string>>> parse_config_text(std::string_view text,
                                                                            const std::string& what) {
   // yaml-cpp's messages quote the input's bytes at times: one printable line, always.
@@ -188,45 +233,15 @@ Result<std::vector<std::pair<std::string, std::string>>> parse_config_text(std::
   std::vector<std::pair<std::string, std::string>> out;
   if (root.IsNull()) return out;
   if (!root.IsMap()) return fail("expected sections (params, autotune, timeline, stall_check, library_options, logging)");
-  // Keys whose flags belong to other parts of hvdrun.
-  static const std::map<std::string, std::pair<std::string, char>> kOther = {
-      {"params.hierarchical_allreduce", {"--hierarchical-allreduce", 'b'}},
-      {"params.hierarchical_allgather", {"--hierarchical-allgather", 'b'}},
-      {"timeline.filename", {"--timeline-filename", 's'}},
-      {"timeline.mark_cycles", {"--timeline-mark-cycles", 'b'}},
-      {"stall_check.enabled", {"--stall-check", 'b'}},
-      {"logging.level", {"--log-level", 's'}},
-  };
   try {
     for (const auto& sec : root) {
       std::string section = sec.first.as<std::string>();
       if (!sec.second.IsMap()) return fail("section '" + section + "': expected keys and values");
       for (const auto& kv : sec.second) {
-        std::string key = kv.first.as<std::string>(), name = section + "." + key;
-        if (!kv.second.IsScalar()) return fail("'" + name + "': expected a value");
-        const HorovodFlag* flag = nullptr;
-        for (const auto& f : horovod_flags())
-          if (section == f.section && key == f.key) flag = &f;
-        char type = 's';
-        std::string flag_name;
-        if (flag) {
-          flag_name = flag->name;
-          type = flag->kind == HorovodFlag::kTrue || flag->kind == HorovodFlag::kFalse ? 'b' : 's';
-        } else if (auto it = kOther.find(name); it != kOther.end()) {
-          flag_name = it->second.first;
-          type = it->second.second;
-        } else {
-          return fail("unknown key '" + name + "'");
-        }
-        std::string value;
-        if (type == 'b') {
-          bool b;
-          if (!YAML::convert<bool>::decode(kv.second, b)) return fail("'" + name + "': expected true or false");
-          value = b ? "1" : "0";
-        } else {
-          value = kv.second.as<std::string>();
-        }
-        out.emplace_back(flag_name, value);
+        std::string key = kv.first.as<std::string>();
+        auto entry = config_entry(section, key, kv.second, fail);
+        if (!entry) return entry.error();
+        out.push_back(std::move(*entry));
       }
     }
   } catch (const YAML::Exception& e) {

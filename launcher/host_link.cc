@@ -112,8 +112,7 @@ class SshLink : public HostLink {
     char buf[65536];
     drain_stderr();
     int n = ssh_channel_read_timeout(channel_.get(), buf, sizeof buf, 0, timeout_ms);
-    if (n == SSH_ERROR) return make_error(ErrorKind::kLaunchFailed,
-                                          label_ + ": connection lost (" + std::string(ssh_get_error(session_.get())) + ")");
+    if (n == SSH_ERROR) return make_error(ErrorKind::kLaunchFailed, label_ + ": connection lost (" + std::string(ssh_get_error(session_.get())) + ")");
     if (n > 0) return std::string(buf, static_cast<size_t>(n));
     drain_stderr();
     if (ssh_channel_is_eof(channel_.get()) || !ssh_channel_is_open(channel_.get()))
@@ -157,13 +156,11 @@ class SshLink : public HostLink {
 
 }  // namespace
 
-Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const SshSettings& s,
-                                                const std::string& command) {
-  static std::once_flag init;
-  std::call_once(init, [] { ssh_init(); });
-  Session session(ssh_new());
-  if (!session) return make_error(ErrorKind::kLaunchFailed, host + ": cannot create an SSH session");
-  ssh_session ss = session.get();
+namespace {
+
+// Opens `ss` for `host` with the user's ~/.ssh/config and our options; the host's label
+// ("host:port", for every message about it).
+Result<std::string> configure_session(ssh_session ss, const std::string& host, const SshSettings& s) {
   ssh_options_set(ss, SSH_OPTIONS_HOST, host.c_str());
   if (!s.ssh_dir.empty()) ssh_options_set(ss, SSH_OPTIONS_SSH_DIR, s.ssh_dir.c_str());
   // The user's ~/.ssh/config (User, Port, IdentityFile, HostName, ...), then our options.
@@ -177,20 +174,32 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
   unsigned int port = 22;
   ssh_options_get_port(ss, &port);
   std::string label = host + ":" + std::to_string(port);
-  // Every blocking step below keeps one deadline: a host that stops answering half-way
-  // (a network cut during the handshake or the authentication) fails in time too.
-  auto deadline = deadline_in(s.connect_timeout);
-  auto timed_out = [&](const char* during) -> std::optional<Error> {
+  return label;
+}
+
+// The blocking steps of one SSH connection after its options, in order. Every one keeps
+// one deadline: a host that stops answering half-way (a network cut during the handshake
+// or the authentication) fails in time too.
+struct SshConnecting {
+  ssh_session ss;
+  const std::string& label;
+  SteadyClock::time_point deadline;
+
+  std::optional<Error> timed_out(const char* during) const {
     if (seconds_until(deadline) > 0) return std::nullopt;
     return error_of(ErrorKind::kUnreachableHost, label + ": connection timed out (" + during + ")");
-  };
-  auto bound = [&] { set_session_timeout(ss, seconds_until(deadline)); };
+  }
+  void bound() const { set_session_timeout(ss, seconds_until(deadline)); }
 
-  bound();
-  if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
-  fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
+  Status connect() {
+    bound();
+    if (ssh_connect(ss) != SSH_OK) return make_error(ErrorKind::kUnreachableHost, label + ": " + connect_cause(ssh_get_error(ss)));
+    fcntl(ssh_get_fd(ss), F_SETFD, FD_CLOEXEC);  // workers must not hold the connection open
+    return {};
+  }
 
-  if (s.host_key_policy != HostKeyPolicy::kNo) {
+  Status check_host_key(const SshSettings& s) {
+    if (s.host_key_policy == HostKeyPolicy::kNo) return {};
     bound();
     switch (ssh_session_is_known_server(ss)) {
       case SSH_KNOWN_HOSTS_OK:
@@ -210,38 +219,64 @@ Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const S
       case SSH_KNOWN_HOSTS_ERROR:
         return make_error(ErrorKind::kLaunchFailed, label + ": cannot check the host key: " + ssh_get_error(ss));
     }
+    return {};
   }
 
-  int rc;
-  if (!s.identity_file.empty()) {
-    ssh_key raw = nullptr;
-    if (ssh_pki_import_privkey_file(s.identity_file.c_str(), nullptr, nullptr, nullptr, &raw) != SSH_OK)
-      return make_error(ErrorKind::kLaunchFailed, label + ": cannot read the identity file " + s.identity_file +
-                        " (missing, unreadable, or protected by a passphrase)");
-    Key key(raw);
-    bound();
-    rc = ssh_userauth_publickey(ss, nullptr, key.get());
-  } else {
-    bound();
-    rc = ssh_userauth_publickey_auto(ss, nullptr, nullptr);
-  }
-  if (rc != SSH_AUTH_SUCCESS) {
-    if (auto e = timed_out("authentication")) return *e;
-    return make_error(ErrorKind::kAuth, label + ": authentication failed (publickey)");
+  Status authenticate(const SshSettings& s) {
+    int rc;
+    if (!s.identity_file.empty()) {
+      ssh_key raw = nullptr;
+      if (ssh_pki_import_privkey_file(s.identity_file.c_str(), nullptr, nullptr, nullptr, &raw) != SSH_OK)
+        return make_error(ErrorKind::kLaunchFailed, label + ": cannot read the identity file " + s.identity_file +
+                          " (missing, unreadable, or protected by a passphrase)");
+      Key key(raw);
+      bound();
+      rc = ssh_userauth_publickey(ss, nullptr, key.get());
+    } else {
+      bound();
+      rc = ssh_userauth_publickey_auto(ss, nullptr, nullptr);
+    }
+    if (rc != SSH_AUTH_SUCCESS) {
+      if (auto e = timed_out("authentication")) return *e;
+      return make_error(ErrorKind::kAuth, label + ": authentication failed (publickey)");
+    }
+    return {};
   }
 
-  bound();
-  Channel channel(ssh_channel_new(ss));
-  if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
-    if (auto e = timed_out("opening a session channel")) return *e;
-    return make_error(ErrorKind::kLaunchFailed, label + ": cannot open a session channel: " + ssh_get_error(ss));
+  // A session channel running `command` (the agent).
+  Result<Channel> run(const std::string& command) {
+    bound();
+    Channel channel(ssh_channel_new(ss));
+    if (!channel || ssh_channel_open_session(channel.get()) != SSH_OK) {
+      if (auto e = timed_out("opening a session channel")) return *e;
+      return make_error(ErrorKind::kLaunchFailed, label + ": cannot open a session channel: " + ssh_get_error(ss));
+    }
+    bound();
+    if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
+      if (auto e = timed_out("starting the agent")) return *e;
+      return make_error(ErrorKind::kLaunchFailed, label + ": cannot run the agent: " + ssh_get_error(ss));
+    }
+    return channel;
   }
-  bound();
-  if (ssh_channel_request_exec(channel.get(), command.c_str()) != SSH_OK) {
-    if (auto e = timed_out("starting the agent")) return *e;
-    return make_error(ErrorKind::kLaunchFailed, label + ": cannot run the agent: " + ssh_get_error(ss));
-  }
-  return std::unique_ptr<HostLink>(new SshLink(std::move(session), std::move(channel), label));
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HostLink>> open_ssh_link(const std::string& host, const SshSettings& s,
+                                                const std::string& command) {
+  static std::once_flag init;
+  std::call_once(init, [] { ssh_init(); });
+  Session session(ssh_new());
+  if (!session) return make_error(ErrorKind::kLaunchFailed, host + ": cannot create an SSH session");
+  auto label = configure_session(session.get(), host, s);
+  if (!label) return label.error();
+  SshConnecting c{session.get(), *label, deadline_in(s.connect_timeout)};
+  if (auto st = c.connect(); !st) return st.error();
+  if (auto st = c.check_host_key(s); !st) return st.error();
+  if (auto st = c.authenticate(s); !st) return st.error();
+  auto channel = c.run(command);
+  if (!channel) return channel.error();
+  return std::unique_ptr<HostLink>(new SshLink(std::move(session), std::move(*channel), *label));
 }
 
 namespace {
@@ -290,8 +325,7 @@ class CommandLink : public HostLink {
 
   Status write(std::string_view data) override {
     if (auto s = write_all(in_.get(), data); !s)
-      return make_error(ErrorKind::kLaunchFailed,
-                        label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
+      return make_error(ErrorKind::kLaunchFailed, label_ + ": connection lost (the ssh client's stdin: " + s.error().message + ")");
     return {};
   }
 
@@ -372,8 +406,7 @@ Result<std::unique_ptr<HostLink>> open_command_link(const std::vector<std::strin
   auto exe = resolve_program(argv[0], path ? path : "");
   if (!exe) return error_of(ErrorKind::kUsage, host + ": " + exe.error().message);
   int in[2];
-  if (pipe2(in, O_CLOEXEC) != 0) return make_sys_error(ErrorKind::kLaunchFailed,
-                                                       host + ": pipe: " + std::strerror(errno), errno);
+  if (pipe2(in, O_CLOEXEC) != 0) return make_sys_error(ErrorKind::kLaunchFailed, host + ": pipe: " + std::strerror(errno), errno);
   UniqueFd in_rd(in[0]), in_wr(in[1]);
   SpawnRequest req;
   req.exe = *exe;

@@ -149,6 +149,62 @@ Result<std::vector<HostSlots>> parse_host_list(std::string_view list) {
   return hosts.take();
 }
 
+namespace {
+
+// A host file line's words, separated by blanks.
+void split_blanks(std::string_view line, std::vector<std::string_view>& toks) {
+  toks.clear();
+  for (size_t i = 0; i < line.size();) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\v' ||
+                               line[i] == '\f'))
+      ++i;
+    size_t b = i;
+    while (i < line.size() && !(line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\v' ||
+                                line[i] == '\f'))
+      ++i;
+    if (i > b) toks.push_back(line.substr(b, i - b));
+  }
+}
+
+// One host file line's words ("host", "host:N", "host slots=N [max_slots=M]") added to
+// `hosts`; `where` makes an error that names the line.
+template <class Where>
+Status add_hostfile_line(std::string_view line, const std::vector<std::string_view>& toks, HostListBuilder& hosts,
+                         Where where) {
+  auto ht = split_host_token(toks[0]);
+  if (!ht) return where(ht.error().message);
+  long long slots = 1;
+  bool slots_seen = false;
+  if (ht->has_slots) {
+    auto n = parse_slots(ht->slots, "slot count", 1);
+    if (!n) return where(n.error().message);
+    slots = *n;
+    slots_seen = true;
+  }
+  for (size_t i = 1; i < toks.size(); ++i) {
+    std::string_view t = toks[i];
+    size_t eq = t.find('=');
+    std::string_view key = t.substr(0, eq);
+    std::string_view val = eq == std::string_view::npos ? std::string_view{} : t.substr(eq + 1);
+    if (eq != std::string_view::npos && (key == "slots" || key == "slot")) {
+      if (slots_seen) return where("slots given twice in " + quoted(line));
+      auto n = parse_slots(val, "slots", 1);
+      if (!n) return where(n.error().message);
+      slots = *n;
+      slots_seen = true;
+    } else if (eq != std::string_view::npos && (key == "max_slots" || key == "max-slots")) {
+      auto n = parse_slots(val, "max_slots", 0);  // accepted and ignored
+      if (!n) return where(n.error().message);
+    } else {
+      return where("unexpected token " + quoted(t) + "; expected 'host slots=N', 'host:N' or 'host'");
+    }
+  }
+  if (auto st = hosts.add(ht->host, slots); !st) return where(st.error().message);
+  return {};
+}
+
+}  // namespace
+
 Result<std::vector<HostSlots>> parse_hostfile_text(std::string_view text, const std::string& filename) {
   HostListBuilder hosts;
   bool any = false;
@@ -170,47 +226,8 @@ Result<std::vector<HostSlots>> parse_hostfile_text(std::string_view text, const 
     auto where = [&](const std::string& msg) {
       return error_of(ErrorKind::kBadHostFile, printable(filename) + ":" + std::to_string(lineno) + ": " + msg);
     };
-    // Tokens separated by blanks.
-    toks.clear();
-    for (size_t i = 0; i < line.size();) {
-      while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\v' ||
-                                 line[i] == '\f'))
-        ++i;
-      size_t b = i;
-      while (i < line.size() && !(line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\v' ||
-                                  line[i] == '\f'))
-        ++i;
-      if (i > b) toks.push_back(line.substr(b, i - b));
-    }
-    auto ht = split_host_token(toks[0]);
-    if (!ht) return where(ht.error().message);
-    long long slots = 1;
-    bool slots_seen = false;
-    if (ht->has_slots) {
-      auto n = parse_slots(ht->slots, "slot count", 1);
-      if (!n) return where(n.error().message);
-      slots = *n;
-      slots_seen = true;
-    }
-    for (size_t i = 1; i < toks.size(); ++i) {
-      std::string_view t = toks[i];
-      size_t eq = t.find('=');
-      std::string_view key = t.substr(0, eq);
-      std::string_view val = eq == std::string_view::npos ? std::string_view{} : t.substr(eq + 1);
-      if (eq != std::string_view::npos && (key == "slots" || key == "slot")) {
-        if (slots_seen) return where("slots given twice in " + quoted(line));
-        auto n = parse_slots(val, "slots", 1);
-        if (!n) return where(n.error().message);
-        slots = *n;
-        slots_seen = true;
-      } else if (eq != std::string_view::npos && (key == "max_slots" || key == "max-slots")) {
-        auto n = parse_slots(val, "max_slots", 0);  // accepted and ignored
-        if (!n) return where(n.error().message);
-      } else {
-        return where("unexpected token " + quoted(t) + "; expected 'host slots=N', 'host:N' or 'host'");
-      }
-    }
-    if (auto st = hosts.add(ht->host, slots); !st) return where(st.error().message);
+    split_blanks(line, toks);
+    if (auto st = add_hostfile_line(line, toks, hosts, where); !st) return st.error();
     any = true;
     if (text.empty()) break;
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <future>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -30,12 +31,12 @@
 #include "common/net.h"
 #include "launcher/addressing.h"
 #include "launcher/agent.h"
-#include "launcher/budget.h"
 #include "launcher/local_host.h"
 #include "launcher/remote_host.h"
 #include "launcher/starter.h"
 #include "launcher/log_sink.h"
 #include "launcher/horovod_compat.h"
+#include "launcher/host_preparation.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
@@ -111,129 +112,270 @@ int fail_all(const std::vector<Error>& errors, size_t hosts, const std::string& 
   return exit_code_for(errors.front());
 }
 
+// hvdrun's stdin, read on a thread of its own, to `host`'s rank 0 (nullptr: nowhere, and
+// no thread). The pump may outlive the job (blocked in read(0)): it reaches the host only
+// through the target returned, which is cleared before the hosts go away.
+struct StdinTarget {
+  std::mutex mu;
+  RemoteHost* host = nullptr;
+  void send(std::string data) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (host) host->send_stdin(std::move(data));
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lk(mu);
+    host = nullptr;
+  }
+};
+
+std::shared_ptr<StdinTarget> relay_stdin_to(RemoteHost* host) {
+  auto stdin_target = std::make_shared<StdinTarget>();
+  if (host) {
+    stdin_target->host = host;
+    std::thread([stdin_target] {
+      char buf[65536];
+      while (true) {
+        ssize_t n = ::read(0, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        stdin_target->send(std::string(buf, static_cast<size_t>(n)));
+      }
+      stdin_target->send("");
+    }).detach();
+  }
+  return stdin_target;
+}
+
 }  // namespace
 
-int run_job(const LaunchOptions& opts, char** envp) {
-  auto launcher_env = environ_to_map(envp);
-  auto plan = make_plan(opts, launcher_env);
-  if (!plan) return fail(plan.error());
+// The job's hosts: this machine's ranks run here, the others through an agent each.
+JobHosts split_hosts(const JobPlan& p) {
+  JobHosts h;
+  // With srun every node runs an agent, this one included (hvdrun may run outside the
+  // allocation, under salloc); otherwise this machine's ranks run here.
+  const bool all_remote = p.launcher == LauncherKind::kSlurm;
+  for (const auto& r : p.ranks) {
+    if (!all_remote && is_local_host(r.host)) {
+      h.any_local = true;
+    } else if (!h.remote_index.count(r.host)) {
+      h.remote_index[r.host] = static_cast<int>(h.remote_names.size());
+      h.remote_names.push_back(r.host);
+    }
+  }
+  return h;
+}
+
+// The descriptors and processes this job needs here, before anything is spawned.
+BudgetNeed budget_need(const JobPlan& p, const JobHosts& h) {
+  BudgetNeed need;
+  need.all_ranks = static_cast<long long>(p.ranks.size());
+  for (const auto& r : p.ranks) need.local_ranks += h.remote_index.count(r.host) ? 0 : 1;
+  need.remote_hosts = static_cast<long long>(h.remote_names.size());
+  return need;
+}
+
+// The job's environment for the ranks of `host`: the addresses they use there.
+JobEnv env_of_host(const JobEnv& base, const Addressing& addressing, const std::string& host) {
+  JobEnv e = base;
+  auto it = addressing.remote.find(host);
+  const HostAddressing& h = it != addressing.remote.end() ? it->second : addressing.local;
+  e.rendezvous_addr = h.rendezvous_addr;
+  e.iface = h.iface;
+  e.gloo_iface = h.gloo_iface;
+  return e;
+}
+
+namespace {
+
+// One job from its options to its exit code, in steps (run() is their sequence). The
+// members are what the steps make, declared in the order they are made, so that they go
+// in the reverse one: the rendezvous server before the agent its callbacks use, the agent
+// before the sink, the hosts' links before their starter, the watchdog (disarmed) last.
+// A step returns nothing to go on, or the job's exit code (its error printed).
+struct JobRun {
+  using Stop = std::optional<int>;
+  JobRun(const LaunchOptions& o, char** envp) : opts(o), launcher_env(environ_to_map(envp)) {}
+  int run();
+  Stop make_the_plan();
+  Stop check_inputs();
+  Stop prepare_this_host();
+  Stop set_up_horovod_compat();
+  Stop connect_remote_hosts();
+  Stop plan_the_addresses();
+  Stop open_the_output();
+  rdv::ServerCallbacks server_callbacks();
+  Stop start_the_rendezvous();
+  void make_launches();
+  Stop prepare_remote_hosts();
+  int run_the_workers();
+  int merge_the_timeline(int code);
+
+  const LaunchOptions& opts;
+  std::map<std::string, std::string> launcher_env;
+  std::optional<JobPlan> plan;
+  JobHosts hosts;
+  std::optional<HostKeyPolicy> policy;
+  std::string timeline;
+  std::string secret;
+  JobEnv base;
+  std::string iface_addr;
+  std::string exe;
+  std::optional<Watchdog> watchdog;
+  // Every way out of here has ended every worker group first: the watchdog stands down.
+  struct Disarm {
+    std::optional<Watchdog>& w;
+    ~Disarm() {
+      if (w) w->disarm();
+    }
+  } disarm_on_return{watchdog};
+  std::unique_ptr<AgentStarter> starter;  // before the hosts: it outlives their links
+  std::vector<std::unique_ptr<RemoteHost>> remotes;
+  double heartbeat_timeout = 0;
+  AddressingInput ai;
+  std::optional<Addressing> addressing;
+  std::optional<std::unique_ptr<TaggedOutput>> sink;
+  std::optional<ScopedJobLogger> job_logger;  // hvdrun's log lines queue behind the workers' output
+  std::optional<OnceNoticeSink> job_sink;
+  std::vector<std::string> rank_hosts;
+  std::optional<LocalAgent> agent_;
+  struct ClearReaderGone {
+    std::optional<std::unique_ptr<TaggedOutput>>& s;
+    ~ClearReaderGone() {
+      if (!s) return;
+      (*s)->on_reader_gone(nullptr);
+      (*s)->on_file_failure(nullptr);
+    }
+  } clear_reader_gone{sink};
+  std::optional<std::unique_ptr<rdv::Server>> server;
+  std::vector<WorkerLaunch> launches;
+  std::vector<AgentJob> jobs;
+  RemoteHost* stdin_host = nullptr;
+};
+
+int JobRun::run() {
+  if (auto stop = make_the_plan()) return *stop;
+  hosts = split_hosts(*plan);
+  if (auto stop = check_inputs()) return *stop;
+  if (auto stop = prepare_this_host()) return *stop;
+  if (auto stop = set_up_horovod_compat()) return *stop;
+  if (auto stop = connect_remote_hosts()) return *stop;
+  if (auto stop = plan_the_addresses()) return *stop;
+  if (auto stop = open_the_output()) return *stop;
+  if (auto stop = start_the_rendezvous()) return *stop;
+  make_launches();
+  if (auto stop = prepare_remote_hosts()) return *stop;
+  return merge_the_timeline(run_the_workers());
+}
+
+// The plan (plan.h); --dry-run prints it, and that is all.
+JobRun::Stop JobRun::make_the_plan() {
+  auto made = make_plan(opts, launcher_env);
+  if (!made) return fail(made.error());
+  plan = std::move(*made);
   if (opts.dry_run) {
     std::string text = dry_run_text(*plan, opts.command);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return 0;
   }
-  // Hosts with ranks, in order: this machine's run here, the others through an agent.
-  std::vector<std::string> remote_names;
-  std::map<std::string, int> remote_index;  // host -> index in remote_names
-  bool any_local = false;
-  // With srun every node runs an agent, this one included (hvdrun may run outside the
-  // allocation, under salloc); otherwise this machine's ranks run here.
-  const bool all_remote = plan->launcher == LauncherKind::kSlurm;
-  for (const auto& r : plan->ranks) {
-    if (!all_remote && is_local_host(r.host)) {
-      any_local = true;
-    } else if (!remote_index.count(r.host)) {
-      remote_index[r.host] = static_cast<int>(remote_names.size());
-      remote_names.push_back(r.host);
-    }
-  }
-  auto policy = parse_host_key_policy(opts.ssh_host_key_checking);
-  if (!policy) return fail(policy.error());
+  return {};
+}
 
-  // The descriptors and processes this job needs here, before anything is spawned.
-  BudgetNeed need;
-  need.all_ranks = static_cast<long long>(plan->ranks.size());
-  for (const auto& r : plan->ranks) need.local_ranks += remote_index.count(r.host) ? 0 : 1;
-  need.remote_hosts = static_cast<long long>(remote_names.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st) return fail(st.error());
-
+// What the options name, before anything starts: the host-key policy, the timeline's
+// paths, the network interface's address. Then the secret and the environment every
+// rank shares.
+JobRun::Stop JobRun::check_inputs() {
+  auto parsed_policy = parse_host_key_policy(opts.ssh_host_key_checking);
+  if (!parsed_policy) return fail(parsed_policy.error());
+  policy = *parsed_policy;
   // The timeline's paths, before anything starts: nothing there is followed or overwritten.
   // The file is the one the workers write (-x may set it for them alone).
-  const std::string timeline = worker_tunable(launcher_env, plan->env_overrides, "HVDRUN_TIMELINE");
+  timeline = worker_tunable(launcher_env, plan->env_overrides, "HVDRUN_TIMELINE");
   if (!timeline.empty())
     if (auto st = check_timeline_path(timeline, static_cast<int>(plan->ranks.size()),
                                       timeline == opts.timeline_file ? "--timeline-filename" : "HVDRUN_TIMELINE");
         !st)
       return fail(st.error());
 
-  std::string secret = rdv::new_secret();
-  JobEnv base;
+  secret = rdv::new_secret();
   base.iface = opts.network_interface;
   base.nccl_debug = opts.nccl_debug;
   base.start_timeout = opts.start_timeout;
   base.secret_hex = to_hex(secret.data(), secret.size());
-  std::string iface_addr;
   if (!opts.network_interface.empty()) {
     auto a = interface_address(opts.network_interface);
     if (!a) return fail(error_of(ErrorKind::kUsage, "--network-interface: " + a.error().message));
     iface_addr = *a;
   }
+  return {};
+}
 
-  // Resolve the program once, with the workers' PATH, before anything starts (remote
-  // agents do the same on their hosts).
-  std::string exe;
-  if (any_local) {
+// This machine made ready (host_preparation.h, as every agent does on its host): the
+// program resolved with the workers' PATH (when ranks run here), the process budget for
+// the whole job, the watchdog.
+JobRun::Stop JobRun::prepare_this_host() {
+  HostNeed need;
+  need.budget = budget_need(*plan, hosts);
+  if (hosts.any_local) {
     auto first_env = build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0);
-    auto e = resolve_program(opts.command[0], first_env.count("PATH") ? first_env.at("PATH") : "");
-    if (!e) return fail(e.error());
-    exe = *e;
+    need.program = opts.command[0];
+    need.path = first_env.count("PATH") ? first_env.at("PATH") : "";
   }
+  auto prepared = prepare_host(need, opts.kill_grace);
+  if (!prepared) return fail(prepared.error());
+  exe = prepared->exe;
+  watchdog.emplace(std::move(prepared->watchdog));
+  return {};
+}
 
-  // --horovod-compat: the shim first on PYTHONPATH, unless the workers' Python has a real Horovod.
-  if (opts.horovod_compat) {
-    std::string shim = horovod_compat_dir_for(self_exe());
-    if (auto ok = check_horovod_compat_dir(shim); !ok) return fail(ok.error());
-    auto probe_env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
-    auto real = real_horovod_location(probe_python(opts.command), probe_env, shim, opts.start_timeout);
-    if (!real) return fail(real.error());
-    if (real->empty()) {
-      base.python_path_prepend = shim;
-    } else {
-      std::fprintf(stderr, "hvdrun: --horovod-compat: a real Horovod is importable (%s); the workers use it, "
-                   "not hvdrun's shim\n", real->c_str());
-    }
+// --horovod-compat: the shim first on PYTHONPATH, unless the workers' Python has a real Horovod.
+JobRun::Stop JobRun::set_up_horovod_compat() {
+  if (!opts.horovod_compat) return {};
+  std::string shim = horovod_compat_dir_for(self_exe());
+  if (auto ok = check_horovod_compat_dir(shim); !ok) return fail(ok.error());
+  auto probe_env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
+  auto real = real_horovod_location(probe_python(opts.command), probe_env, shim, opts.start_timeout);
+  if (!real) return fail(real.error());
+  if (real->empty()) {
+    base.python_path_prepend = shim;
+  } else {
+    std::fprintf(stderr, "hvdrun: --horovod-compat: a real Horovod is importable (%s); the workers use it, "
+                 "not hvdrun's shim\n", real->c_str());
   }
+  return {};
+}
 
-  // The watchdog is forked before any thread or connection of ours exists.
-  auto watchdog = Watchdog::start(opts.kill_grace);
-  if (!watchdog) return fail(watchdog.error());
-  // Every way out of here has ended every worker group first: the watchdog stands down.
-  struct Disarm {
-    Watchdog& w;
-    ~Disarm() { w.disarm(); }
-  } disarm_on_return{*watchdog};
+// Every remote host connected, authenticated and its agent started, all at once, before
+// anything starts anywhere.
+JobRun::Stop JobRun::connect_remote_hosts() {
+  const std::vector<std::string>& remote_names = hosts.remote_names;
+  heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
+  if (remote_names.empty()) return {};
+  StarterSettings ss;
+  ss.ssh.port = opts.ssh_port;
+  ss.ssh.identity_file = opts.ssh_identity_file;
+  ss.ssh.host_key_policy = *policy;
+  ss.ssh.ssh_dir = ssh_dir();
+  ss.ssh_command = opts.ssh_command;
+  ss.launch_command = opts.launch_command;
+  ss.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
+  ss.start_timeout = opts.start_timeout;
+  starter = make_starter(plan->launcher, ss);
+  RemoteSettings rs;
+  rs.remote_hvdrun = ss.remote_hvdrun;
+  rs.start_timeout = opts.start_timeout;
+  rs.heartbeat_timeout = heartbeat_timeout;
+  for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs, *starter));
+  spdlog::debug("starting agents on {} host(s) ({})", remotes.size(), launcher_kind_name(plan->launcher));
+  auto deadline = deadline_in(opts.start_timeout);
+  if (auto s = starter->begin(remote_names, deadline); !s) return fail(s.error());
+  auto errors = on_every_host(remotes, [deadline](size_t, RemoteHost& h) { return h.connect(deadline); });
+  if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
+  return {};
+}
 
-  // Every remote host connected, authenticated and its agent started, all at once, before
-  // anything starts anywhere.
-  // The starter (declared before the hosts: it outlives their links).
-  std::unique_ptr<AgentStarter> starter;
-  std::vector<std::unique_ptr<RemoteHost>> remotes;
-  const double heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
-  if (!remote_names.empty()) {
-    StarterSettings ss;
-    ss.ssh.port = opts.ssh_port;
-    ss.ssh.identity_file = opts.ssh_identity_file;
-    ss.ssh.host_key_policy = *policy;
-    ss.ssh.ssh_dir = ssh_dir();
-    ss.ssh_command = opts.ssh_command;
-    ss.launch_command = opts.launch_command;
-    ss.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
-    ss.start_timeout = opts.start_timeout;
-    starter = make_starter(plan->launcher, ss);
-    RemoteSettings rs;
-    rs.remote_hvdrun = ss.remote_hvdrun;
-    rs.start_timeout = opts.start_timeout;
-    rs.heartbeat_timeout = heartbeat_timeout;
-    for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs, *starter));
-    spdlog::debug("starting agents on {} host(s) ({})", remotes.size(), launcher_kind_name(plan->launcher));
-    auto deadline = deadline_in(opts.start_timeout);
-    if (auto s = starter->begin(remote_names, deadline); !s) return fail(s.error());
-    auto errors = on_every_host(remotes, [deadline](size_t, RemoteHost& h) { return h.connect(deadline); });
-    if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
-  }
-
-  AddressingInput ai;
+// Which addresses each host's ranks use (addressing.h), and rank 0's MASTER_PORT.
+JobRun::Stop JobRun::plan_the_addresses() {
   ai.iface = opts.network_interface;
   ai.iface_addr = iface_addr;
   if (auto all = interface_addresses()) ai.local_ifaces = *all;
@@ -241,8 +383,9 @@ int run_job(const LaunchOptions& opts, char** envp) {
   for (auto& r : remotes) ai.remotes.push_back({r->host(), r->hello()});
   const std::string& rank0_host = plan->ranks[0].host;
   ai.rank0_host = rank0_host;
-  auto addressing = plan_addressing(ai);
-  if (!addressing) return fail(addressing.error());
+  auto planned = plan_addressing(ai);
+  if (!planned) return fail(planned.error());
+  addressing = std::move(*planned);
   base.master_addr = addressing->master_addr;
   base.master_port = addressing->master_port;
   if (base.master_port == 0) {
@@ -251,30 +394,26 @@ int run_job(const LaunchOptions& opts, char** envp) {
       return fail(error_of(ErrorKind::kLaunchFailed, "cannot find a free port for MASTER_PORT: " + port.error().message));
     base.master_port = *port;
   }
-  auto env_of_host = [&](const std::string& host) {
-    JobEnv e = base;
-    auto it = addressing->remote.find(host);
-    const HostAddressing& h = it != addressing->remote.end() ? it->second : addressing->local;
-    e.rendezvous_addr = h.rendezvous_addr;
-    e.iface = h.iface;
-    e.gloo_iface = h.gloo_iface;
-    return e;
-  };
+  return {};
+}
 
+// The job's output (tagged lines, --output-filename files) and the agent that runs this
+// machine's ranks and ends the job.
+JobRun::Stop JobRun::open_the_output() {
   std::vector<int> rank_ids;
   for (const auto& r : plan->ranks) rank_ids.push_back(r.rank);
   TaggedOutputOptions oo;
   oo.size = static_cast<int>(plan->ranks.size());
   oo.output_dir = opts.output_dir;
   oo.timestamps = opts.timestamps;
-  auto sink = TaggedOutput::create(oo, rank_ids);
-  if (!sink) return fail(sink.error());
-  ScopedJobLogger job_logger(**sink);  // hvdrun's log lines queue behind the workers' output
+  auto created = TaggedOutput::create(oo, rank_ids);
+  if (!created) return fail(created.error());
+  sink = std::move(*created);
+  job_logger.emplace(**sink);  // hvdrun's log lines queue behind the workers' output
   AgentOptions ao;
   ao.kill_grace = opts.kill_grace;
-  OnceNoticeSink job_sink(**sink);
-  LocalAgent agent(ao, job_sink, &*watchdog);
-  std::vector<std::string> rank_hosts;
+  job_sink.emplace(**sink);
+  LocalAgent& agent = agent_.emplace(ao, *job_sink, &*watchdog);
   for (const auto& r : plan->ranks) rank_hosts.push_back(r.host);
   agent.set_rank_hosts(&rank_hosts);
   // hvdrun's output has no reader any more (`hvdrun ... | head -1`): the job ends as mpirun's
@@ -283,26 +422,12 @@ int run_job(const LaunchOptions& opts, char** envp) {
   // An --output-filename file cannot be written (a full disk): the job ends, exit 7.
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
-  struct ClearReaderGone {
-    TaggedOutput& s;
-    ~ClearReaderGone() {
-      s.on_reader_gone(nullptr);
-      s.on_file_failure(nullptr);
-    }
-  } clear_reader_gone{**sink};
+  return {};
+}
 
-  rdv::ServerOptions so;
-  so.bind_address = addressing->bind_addr;
-  so.port = opts.rendezvous_port;
-  so.secret = secret;
-  so.start_timeout = opts.start_timeout;
-  for (const auto& r : plan->ranks) so.ranks.push_back({r.host, r.local_rank});
-  if (opts.horovod) {  // Horovod's Gloo store, for the job's hosts only
-    so.horovod.enabled = true;
-    so.horovod.allowed_peers = job_peer_addresses(ai);
-    so.horovod.limits.max_keys = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_KEYS"));
-    so.horovod.limits.max_total_bytes = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_BYTES"));
-  }
+// What the rendezvous server reports goes to the agent (or, a stall's warning, to stderr).
+rdv::ServerCallbacks JobRun::server_callbacks() {
+  LocalAgent& agent = *agent_;
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;
   // Both run on the rendezvous thread, a rank's silence report before its fatal one.
@@ -328,34 +453,56 @@ int run_job(const LaunchOptions& opts, char** envp) {
   cb.on_start_timeout = [&agent](const std::string& message) {
     agent.request_teardown(message, exit_code::kStartTimeout);
   };
-  auto server = rdv::Server::start(so, cb);
-  if (!server) return fail(server.error());
+  return cb;
+}
+
+// The rendezvous server (and --horovod's Gloo store), on the address the hosts reach.
+JobRun::Stop JobRun::start_the_rendezvous() {
+  rdv::ServerOptions so;
+  so.bind_address = addressing->bind_addr;
+  so.port = opts.rendezvous_port;
+  so.secret = secret;
+  so.start_timeout = opts.start_timeout;
+  for (const auto& r : plan->ranks) so.ranks.push_back({r.host, r.local_rank});
+  if (opts.horovod) {  // Horovod's Gloo store, for the job's hosts only
+    so.horovod.enabled = true;
+    so.horovod.allowed_peers = job_peer_addresses(ai);
+    so.horovod.limits.max_keys = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_KEYS"));
+    so.horovod.limits.max_total_bytes = static_cast<size_t>(tunable_int("HVDRUN_HOROVOD_STORE_BYTES"));
+  }
+  auto started = rdv::Server::start(so, server_callbacks());
+  if (!started) return fail(started.error());
+  server = std::move(*started);
   base.rendezvous_port = (*server)->port();
   base.horovod_port = (*server)->horovod_port();
   if (opts.horovod)
     spdlog::debug("Horovod's Gloo store on {}:{} (allowed: loopback and {} addresses of the job's hosts)",
                   addressing->bind_addr, base.horovod_port, so.horovod.allowed_peers.size());
   spdlog::debug("rendezvous listening on {}:{}", addressing->bind_addr, base.rendezvous_port);
+  return {};
+}
 
-  std::vector<WorkerLaunch> launches;
-  std::vector<AgentJob> jobs(remotes.size());
+// Every rank's launch: this machine's as WorkerLaunch, each remote host's as its AgentJob.
+void JobRun::make_launches() {
+  const auto& remote_index = hosts.remote_index;
+  jobs.resize(remotes.size());
   char cwd[4096];
   std::string workdir = getcwd(cwd, sizeof cwd) ? cwd : "/";
   // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
   // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
-  RemoteHost* stdin_host = nullptr;
-  if (auto it = remote_index.find(rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
+  if (auto it = remote_index.find(ai.rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
     stdin_host = remotes[it->second].get();
     jobs[it->second].stdin_to_rank0 = true;
   }
   for (size_t i = 0; i < remotes.size(); ++i) {
-    jobs[i].host = remote_names[i];
+    jobs[i].host = hosts.remote_names[i];
     jobs[i].cwd = workdir;
     jobs[i].kill_grace = opts.kill_grace;
     jobs[i].heartbeat_timeout = heartbeat_timeout;
   }
   for (const auto& r : plan->ranks) {
-    auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(r.host), r, r.host_index));
+    JobEnv host_env = env_of_host(base, *addressing, r.host);
+    auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, host_env, r, r.host_index));
     if (auto it = remote_index.find(r.host); it != remote_index.end()) {
       jobs[it->second].ranks.push_back({r.rank, opts.command, std::move(env)});
       continue;
@@ -368,62 +515,58 @@ int run_job(const LaunchOptions& opts, char** envp) {
     l.request.env = std::move(env);
     launches.push_back(std::move(l));
   }
-  if (!remotes.empty()) {
-    auto errors = on_every_host(remotes, [&jobs](size_t i, RemoteHost& h) { return h.prepare(jobs[i]); });
-    if (!errors.empty()) {
-      size_t n = remotes.size();
-      remotes.clear();  // agents that saw no start exit at the EOF
-      server->reset();
-      return fail_all(errors, n, "cannot run the job");
-    }
+}
+
+// Every remote host sent its job (the agents check their working directory, program and
+// budget), all at once: one that cannot run it stops the job before anything starts.
+JobRun::Stop JobRun::prepare_remote_hosts() {
+  if (remotes.empty()) return {};
+  auto errors = on_every_host(remotes, [this](size_t i, RemoteHost& h) { return h.prepare(jobs[i]); });
+  if (!errors.empty()) {
+    size_t n = remotes.size();
+    remotes.clear();  // agents that saw no start exit at the EOF
+    server->reset();
+    return fail_all(errors, n, "cannot run the job");
   }
+  return {};
+}
+
+// The job itself: every host started, hvdrun's stdin relayed to a remote rank 0, until
+// the agent is done; the hosts and the server then go. The job's exit code.
+int JobRun::run_the_workers() {
+  LocalAgent& agent = *agent_;
   spdlog::debug("launching {} ranks on {} host(s), MASTER_ADDR={} MASTER_PORT={}", plan->ranks.size(),
                 plan->hosts.size(), base.master_addr, base.master_port);
   std::vector<RemoteControl*> controls;
   for (auto& r : remotes) controls.push_back(r.get());
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
-  for (auto& r : remotes) r->start(agent, job_sink);
-  // The pump may outlive the job (blocked in read(0)): it reaches the host only through
-  // this, which is cleared before the hosts go away.
-  struct StdinTarget {
-    std::mutex mu;
-    RemoteHost* host = nullptr;
-    void send(std::string data) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (host) host->send_stdin(std::move(data));
-    }
-  };
-  auto stdin_target = std::make_shared<StdinTarget>();
-  if (stdin_host) {
-    stdin_target->host = stdin_host;
-    std::thread([stdin_target] {
-      char buf[65536];
-      while (true) {
-        ssize_t n = ::read(0, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        stdin_target->send(std::string(buf, static_cast<size_t>(n)));
-      }
-      stdin_target->send("");
-    }).detach();
-  }
+  for (auto& r : remotes) r->start(agent, *job_sink);
+  auto stdin_target = relay_stdin_to(stdin_host);
   AgentResult res = agent.run(std::move(launches));
   for (auto& r : remotes) r->join();
-  {
-    std::lock_guard<std::mutex> lk(stdin_target->mu);
-    stdin_target->host = nullptr;
-  }
+  stdin_target->clear();
   remotes.clear();
   server->reset();
-  // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).
-  // Its failure is the job's status when the job itself succeeded.
+  return res.exit_code;
+}
+
+// The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).
+// Its failure is the job's status when the job itself succeeded.
+int JobRun::merge_the_timeline(int code) {
   if (!timeline.empty())
     if (auto st = merge_timeline_files(timeline, static_cast<int>(plan->ranks.size())); !st) {
       std::fprintf(stderr, "hvdrun: %s\n", st.error().message.c_str());
-      if (res.exit_code == 0) return exit_code_for(st.error());
+      if (code == 0) return exit_code_for(st.error());
     }
-  return res.exit_code;
+  return code;
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& opts, char** envp) {
+  JobRun job(opts, envp);
+  return job.run();
 }
 
 }  // namespace hvdrun

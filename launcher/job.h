@@ -6,12 +6,30 @@
 #include <vector>
 
 #include "common/result.h"
+#include "launcher/addressing.h"
+#include "launcher/budget.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/worker_env.h"
 
 namespace hvdrun {
 
 // Runs the job; returns hvdrun's exit code. Errors are printed to stderr.
 int run_job(const LaunchOptions& opts, char** envp);
+
+// Steps of run_job that decide without doing (job_test.cc tests them alone).
+
+// The hosts with ranks, in order: this machine's ranks run here, the others' through an
+// agent each. With srun every node's do, this one's included.
+struct JobHosts {
+  std::vector<std::string> remote_names;
+  std::map<std::string, int> remote_index;  // host -> index in remote_names
+  bool any_local = false;
+};
+JobHosts split_hosts(const JobPlan& plan);
+// What the job needs of this machine's descriptors and processes (budget.h).
+BudgetNeed budget_need(const JobPlan& plan, const JobHosts& hosts);
+// The environment of the ranks on `host`: `base` with the addresses they use there.
+JobEnv env_of_host(const JobEnv& base, const Addressing& addressing, const std::string& host);
 
 }  // namespace hvdrun

@@ -24,13 +24,11 @@ const char* launcher_kind_name(LauncherKind k) {
   return "?";
 }
 
-Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string, std::string>& launcher_env) {
-  JobPlan plan;
-  auto env = [&](const char* name) {
-    auto it = launcher_env.find(name);
-    return it == launcher_env.end() ? std::string() : it->second;
-  };
-  plan.slurm_job_id = env("SLURM_JOB_ID");
+namespace {
+
+// The launcher (--launcher, else what the options and the environment imply), checked
+// against the options.
+Status choose_launcher(const LaunchOptions& opts, JobPlan& plan) {
   const bool hosts_given = !opts.hosts.empty() || !opts.hostfile.empty();
   if (!opts.launcher.empty()) {
     auto k = parse_launcher_kind(opts.launcher);
@@ -65,8 +63,13 @@ Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string,
   }
   if (!opts.launch_command.empty() && plan.launcher != LauncherKind::kCommand)
     return error_of(ErrorKind::kUsage, std::string("--launch-command is for --launcher command, not ") + launcher_kind_name(plan.launcher));
+  return {};
+}
 
-  int np = opts.np;
+// The hosts and their slots: -H, else --hostfile, else Slurm's allocation (and -np's
+// default there), else this machine with -np slots.
+Status find_hosts(const LaunchOptions& opts, const std::map<std::string, std::string>& launcher_env, JobPlan& plan,
+                  int& np) {
   if (!opts.hosts.empty()) {
     auto h = parse_host_list(opts.hosts);
     if (!h) return h.error();
@@ -88,6 +91,21 @@ Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string,
     if (np == 0) return error_of(ErrorKind::kUsage, "-np is required when no hosts are given (-H or --hostfile)");
     plan.hosts = {{"localhost", np}};
   }
+  return {};
+}
+
+}  // namespace
+
+Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string, std::string>& launcher_env) {
+  JobPlan plan;
+  auto env = [&](const char* name) {
+    auto it = launcher_env.find(name);
+    return it == launcher_env.end() ? std::string() : it->second;
+  };
+  plan.slurm_job_id = env("SLURM_JOB_ID");
+  if (auto st = choose_launcher(opts, plan); !st) return st.error();
+  int np = opts.np;
+  if (auto st = find_hosts(opts, launcher_env, plan, np); !st) return st.error();
   auto ranks = assign_ranks(plan.hosts, np);
   if (!ranks) return ranks.error();
   plan.ranks = std::move(*ranks);

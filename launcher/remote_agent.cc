@@ -26,11 +26,9 @@
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
 #include "launcher/async_writer.h"
-#include "launcher/budget.h"
 #include "launcher/exit_status.h"
+#include "launcher/host_preparation.h"
 #include "launcher/link_liveness.h"
-#include "launcher/spawn.h"
-#include "launcher/watchdog.h"
 
 namespace hvdrun {
 
@@ -159,7 +157,7 @@ Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node)
     return std::move(*fd);
   }
   return make_error(ErrorKind::kSystem, "cannot reach hvdrun on port " + parts[0] + " at any of its addresses: " +
-                                         (tried.empty() ? "none usable from here" : tried));
+                    (tried.empty() ? "none usable from here" : tried));
 }
 
 // Started by srun: the ranks carry hvdrun's environment, whose Slurm variables describe
@@ -256,23 +254,19 @@ AgentHello make_hello(const std::string& node, const UniqueFd& sock) {
   return hello;
 }
 
-// This host made ready for the job: its working directory, the program resolved with the
-// workers' PATH, the process budget for its ranks. The program's path, or the error (its
-// kind travels to hvdrun with it).
-Result<std::string> prepare_host(const AgentJob& job) {
+// This host made ready for the job: its working directory, then the program, the process
+// budget for its ranks and the watchdog (host_preparation.h, as on hvdrun's machine). The
+// program's path and the watchdog, or the error (its kind travels to hvdrun with it).
+Result<PreparedHost> prepare_agent_host(const AgentJob& job) {
   if (chdir(job.cwd.c_str()) != 0)
     return error_of(ErrorKind::kLaunchFailed, "working directory " + job.cwd + " is not usable here (" +
                                                   std::strerror(errno) +
                                                   "); hvdrun starts remote ranks in the launcher's working directory");
-  std::string path;
-  for (const auto& kv : job.ranks[0].env)
-    if (starts_with(kv, "PATH=")) path = kv.substr(5);
-  auto exe = resolve_program(job.ranks[0].argv[0], path);
-  if (!exe) return exe.error();
-  BudgetNeed need;  // this host's workers, before any is spawned
-  need.local_ranks = static_cast<long long>(job.ranks.size());
-  if (auto st = check_process_budget(read_process_budget(), need); !st) return st.error();
-  return exe;
+  HostNeed need;
+  need.program = job.ranks[0].argv[0];
+  need.path = path_in(job.ranks[0].env);
+  need.budget.local_ranks = static_cast<long long>(job.ranks.size());  // this host's workers
+  return prepare_host(need, job.kill_grace);
 }
 
 // Rank 0's stdin as a pipe from g_stdin_writer (ao.rank0_stdin_fd; `read_end` holds it).
@@ -440,6 +434,41 @@ std::vector<WorkerLaunch> launches_of(const AgentJob& job, const std::string& ex
   return launches;
 }
 
+// The error's kind travels with it: hvdrun's exit-code table decides there.
+int report_setup_error(LauncherLink& link, const Error& error) {
+  int code = exit_code_for(error);
+  link.send(Type::kSetupError, encode_setup_error({error.message, code, error.kind}));
+  return code;
+}
+
+// The job on this host, once hvdrun has said start: the ranks run, their output and ends
+// go to hvdrun, and kDone says the job's code. The agent's exit code.
+int run_ranks(const AgentJob& job, PreparedHost& host, LauncherLink& link, agentwire::FrameReader& reader,
+              const LauncherStream& stream) {
+  auto setup_error = [&link](const Error& error) { return report_setup_error(link, error); };
+  FramedSink sink(link);
+  AgentOptions ao = agent_options(job, link);
+  UniqueFd rank0_stdin;
+  if (job.stdin_to_rank0)
+    if (auto st = open_rank0_stdin(ao, rank0_stdin); !st) return setup_error(st.error());
+  LocalAgent agent(ao, sink, &host.watchdog);
+  LinkThreads threads;  // after the objects its threads use: stopped and joined first
+  if (!threads.open())
+    return setup_error(error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno)));
+  threads.control = std::thread(control_loop, std::ref(agent), std::ref(reader), std::ref(threads), stream.in_fd,
+                                job.heartbeat_timeout, job.kill_grace);
+  threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
+
+  AgentResult res = agent.run(launches_of(job, host.exe, stream.sock.valid()));
+  host.watchdog.disarm();
+  // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
+  link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));
+  // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
+  // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
+  if (stream.sock.valid()) return 0;
+  return res.exit_code;
+}
+
 }  // namespace
 
 int run_agent_mode(const std::vector<std::string>& args) {
@@ -465,46 +494,18 @@ int run_agent_mode(const std::vector<std::string>& args) {
   if (!jf) return 0;  // the launcher gave up (another host failed): nothing was started
   if (jf->type != Type::kJob) return 1;
   auto job = decode_job(jf->payload);
-  // The error's kind travels with it: hvdrun's exit-code table decides there.
-  auto setup_error = [&](const Error& error) {
-    int code = exit_code_for(error);
-    link.send(Type::kSetupError, encode_setup_error({error.message, code, error.kind}));
-    return code;
-  };
+  auto setup_error = [&link](const Error& error) { return report_setup_error(link, error); };
   if (!job) return setup_error(with_kind(job.error(), ErrorKind::kLaunchFailed));
-  auto exe = prepare_host(*job);
-  if (!exe) return setup_error(exe.error());
-  auto watchdog = Watchdog::start(job->kill_grace);
-  if (!watchdog) return setup_error(with_kind(watchdog.error(), ErrorKind::kLaunchFailed));
+  auto host = prepare_agent_host(*job);
+  if (!host) return setup_error(host.error());
   if (!link.send(Type::kReady, "")) return 1;
 
   auto sf = read_frame(stream.in_fd, reader, seconds_until(start_deadline));
   if (!sf || sf->type != Type::kStart) {
-    watchdog->disarm();
+    host->watchdog.disarm();
     return 0;  // the launcher stopped before the start: nothing was started
   }
-
-  FramedSink sink(link);
-  AgentOptions ao = agent_options(*job, link);
-  UniqueFd rank0_stdin;
-  if (job->stdin_to_rank0)
-    if (auto st = open_rank0_stdin(ao, rank0_stdin); !st) return setup_error(st.error());
-  LocalAgent agent(ao, sink, &*watchdog);
-  LinkThreads threads;  // after the objects its threads use: stopped and joined first
-  if (!threads.open())
-    return setup_error(error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno)));
-  threads.control = std::thread(control_loop, std::ref(agent), std::ref(reader), std::ref(threads), stream.in_fd,
-                                job->heartbeat_timeout, job->kill_grace);
-  threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
-
-  AgentResult res = agent.run(launches_of(*job, *exe, stream.sock.valid()));
-  watchdog->disarm();
-  // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
-  link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));
-  // Started by srun: the job's code has reached hvdrun; a non-zero exit here would make
-  // srun (--kill-on-bad-exit) kill the other hosts' agents before they end their ranks.
-  if (stream.sock.valid()) return 0;
-  return res.exit_code;
+  return run_ranks(*job, *host, link, reader, stream);
 }
 
 }  // namespace hvdrun

@@ -58,6 +58,81 @@ static Error pipe_error() {
   return error_of(ErrorKind::kLaunchFailed, msg);
 }
 
+namespace {
+
+// Everything the child needs, made before the fork: after it the child calls only
+// async-signal-safe functions (hvdrun has threads).
+struct ChildPlan {
+  std::vector<char*> argv, envp;
+  std::vector<int> defaults;  // signals back to their default action
+  sigset_t none;
+  const char* exe;
+  int fds[3];          // its stdin, stdout, stderr
+  int reg, status_fd;  // the watchdog's pipe (-1: none); exec's errno goes to status_fd
+};
+
+ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd, int status_fd) {
+  ChildPlan c;
+  for (const auto& a : req.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
+  c.argv.push_back(nullptr);
+  for (const auto& e : req.env) c.envp.push_back(const_cast<char*>(e.c_str()));
+  c.envp.push_back(nullptr);
+  c.defaults = handled_signals();
+  c.defaults.push_back(SIGPIPE);
+  sigemptyset(&c.none);
+  c.exe = req.exe.c_str();
+  c.fds[0] = in_fd;
+  c.fds[1] = out_fd;
+  c.fds[2] = err_fd;
+  c.reg = req.register_fd;
+  c.status_fd = status_fd;
+  return c;
+}
+
+// The forked child: its own process group, registered with the watchdog, a clean signal
+// state, its three descriptors, then exec (or exec's errno to the parent, and exit 127).
+[[noreturn]] void run_child(const ChildPlan& c) {
+  setpgid(0, 0);
+  if (c.reg >= 0) {
+    int32_t v = static_cast<int32_t>(getpid());
+    while (write(c.reg, &v, sizeof v) < 0 && errno == EINTR) {
+    }
+  }
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : c.defaults) sigaction(s, &dfl, nullptr);
+  sigprocmask(SIG_SETMASK, &c.none, nullptr);
+  for (int target = 0; target < 3; ++target) {
+    // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
+    if (c.fds[target] == target) fcntl(target, F_SETFD, 0);
+    else dup2(c.fds[target], target);
+  }
+  execve(c.exe, c.argv.data(), c.envp.data());
+  int e = errno;
+  while (write(c.status_fd, &e, sizeof e) < 0 && errno == EINTR) {
+  }
+  _exit(127);
+}
+
+// The child's exec, as its status pipe says: nothing (it ran: the pipe closed at the exec)
+// or its errno (the child, reaped here, exited 127).
+Status exec_outcome(const SpawnRequest& req, pid_t pid, const UniqueFd& status_r) {
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = ::read(status_r.get(), &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    int rc = child_errno;
+    return make_sys_error(exec_failure_kind(rc), req.argv[0] + ": " + std::strerror(rc), rc);
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
   int out[2], err[2], status[2];
   if (pipe2(out, O_CLOEXEC) != 0) return pipe_error();
@@ -74,59 +149,14 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
     if (!devnull.valid()) return error_of(ErrorKind::kLaunchFailed, std::string("/dev/null: ") + std::strerror(errno));
     in_fd = devnull.get();
   }
-
-  // Everything the child needs is made here: after fork it calls only async-signal-safe
-  // functions (hvdrun has threads).
-  std::vector<char*> argv, envp;
-  for (const auto& a : req.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : req.env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  std::vector<int> defaults = handled_signals();
-  defaults.push_back(SIGPIPE);
-  sigset_t none;
-  sigemptyset(&none);
-  const char* exe = req.exe.c_str();
-  int fds[3] = {in_fd, out_w.get(), err_w.get()};
-  int reg = req.register_fd, status_fd = status_w.get();
+  const ChildPlan plan = child_plan(req, in_fd, out_w.get(), err_w.get(), status_w.get());
 
   pid_t pid = fork();
   if (pid < 0) return error_of(ErrorKind::kLaunchFailed, std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    setpgid(0, 0);
-    if (reg >= 0) {
-      int32_t v = static_cast<int32_t>(getpid());
-      while (write(reg, &v, sizeof v) < 0 && errno == EINTR) {
-      }
-    }
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s : defaults) sigaction(s, &dfl, nullptr);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int target = 0; target < 3; ++target) {
-      // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
-      if (fds[target] == target) fcntl(target, F_SETFD, 0);
-      else dup2(fds[target], target);
-    }
-    execve(exe, argv.data(), envp.data());
-    int e = errno;
-    while (write(status_fd, &e, sizeof e) < 0 && errno == EINTR) {
-    }
-    _exit(127);
-  }
+  if (pid == 0) run_child(plan);
   setpgid(pid, pid);  // (also here: a kill(-pid) right after the return finds the group)
   status_w.reset();
-  int child_errno = 0;
-  ssize_t n;
-  while ((n = ::read(status_r.get(), &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
-  }
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    int rc = child_errno;
-    return make_sys_error(exec_failure_kind(rc), req.argv[0] + ": " + std::strerror(rc), rc);
-  }
+  if (auto st = exec_outcome(req, pid, status_r); !st) return st.error();
   SpawnedWorker w;
   w.pid = pid;
   w.out = std::move(out_r);

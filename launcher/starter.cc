@@ -173,6 +173,53 @@ class SocketLink : public HostLink {
   int task_;
 };
 
+// A socket on every address, any port, for the agents to connect back to; `a` is its address.
+Result<UniqueFd> listen_for_agents(sockaddr_in& a) {
+  UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  a.sin_family = AF_INET;
+  socklen_t len = sizeof a;
+  if (!l.valid() || setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1024) != 0 ||
+      getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return error_of(ErrorKind::kLaunchFailed, std::string("srun launch: cannot listen for the agents: ") + std::strerror(errno));
+  return l;
+}
+
+// The addresses the agents may reach us at: every one of ours (loopback last; an agent
+// tries it only when it shares this machine's network stack).
+std::string agent_dial_addresses() {
+  std::string addrs;
+  if (auto all = interface_addresses())
+    for (const auto& i : *all)
+      if (!i.v6 && i.addr.rfind("127.", 0) != 0) addrs += (addrs.empty() ? "" : ",") + i.addr;
+  addrs += std::string(addrs.empty() ? "" : ",") + "127.0.0.1";
+  return addrs;
+}
+
+// srun's stdout and stderr, line by line into `out`, until both close.
+void relay_srun_output(std::shared_ptr<SrunOutput> out, UniqueFd o, UniqueFd e) {
+  std::string part[2];
+  UniqueFd* fds[2] = {&o, &e};
+  while (o.valid() || e.valid()) {
+    pollfd p[2] = {{o.valid() ? o.get() : -1, POLLIN, 0}, {e.valid() ? e.get() : -1, POLLIN, 0}};
+    if (poll(p, 2, 1000) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (!p[i].revents) continue;
+      char buf[4096];
+      ssize_t r = ::read(fds[i]->get(), buf, sizeof buf);
+      if (r <= 0) {
+        if (!part[i].empty()) out->add_line(part[i]);
+        fds[i]->reset();
+        continue;
+      }
+      part[i].append(buf, static_cast<size_t>(r));
+      for (size_t nl; (nl = part[i].find('\n')) != std::string::npos; part[i].erase(0, nl + 1))
+        out->add_line(part[i].substr(0, nl));
+    }
+  }
+}
+
 // One `srun` step with one agent per node; the agents connect back to a socket of ours.
 class SrunStarter : public AgentStarter {
  public:
@@ -187,63 +234,19 @@ class SrunStarter : public AgentStarter {
   Status begin(const std::vector<std::string>& hosts, Clock::time_point deadline) override {
     hosts_ = hosts;
     out_->start(hosts.size());
-    UniqueFd l(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    int one = 1;
     sockaddr_in a{};
-    a.sin_family = AF_INET;
-    socklen_t len = sizeof a;
-    if (!l.valid() || setsockopt(l.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l.get(), 1024) != 0 ||
-        getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      return error_of(ErrorKind::kLaunchFailed, std::string("srun launch: cannot listen for the agents: ") + std::strerror(errno));
-    listen_ = std::move(l);
+    auto l = listen_for_agents(a);
+    if (!l) return l.error();
+    listen_ = std::move(*l);
     unsigned char raw[32];
     if (RAND_bytes(raw, sizeof raw) != 1) return error_of(ErrorKind::kLaunchFailed, "srun launch: no random bytes for the agents' token");
     token_ = to_hex(raw, sizeof raw);
-    // The addresses the agents may reach us at: every one of ours (loopback last; an agent
-    // tries it only when it shares this machine's network stack).
-    std::string addrs;
-    if (auto all = interface_addresses())
-      for (const auto& i : *all)
-        if (!i.v6 && i.addr.rfind("127.", 0) != 0) addrs += (addrs.empty() ? "" : ",") + i.addr;
-    addrs += std::string(addrs.empty() ? "" : ",") + "127.0.0.1";
-
-    auto argv = srun_argv(hosts, s_.remote_hvdrun, s_.start_timeout);
-    const char* path = std::getenv("PATH");
-    auto exe = resolve_program(argv[0], path ? path : "");
-    if (!exe) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)");
-    SpawnRequest req;
-    req.exe = *exe;
-    req.argv = argv;
-    for (char** e = environ; *e; ++e)
-      if (!starts_with(*e, "HVDRUN_AGENT_")) req.env.push_back(*e);
-    req.env.push_back("HVDRUN_AGENT_CONNECT=" + std::to_string(ntohs(a.sin_port)) + " " + addrs);
-    req.env.push_back("HVDRUN_AGENT_TOKEN=" + token_);
-    req.env.push_back("HVDRUN_AGENT_STACK=" + network_stack_id());
-    auto spawned = spawn_worker(req);
+    auto req = srun_request(hosts, std::to_string(ntohs(a.sin_port)) + " " + agent_dial_addresses());
+    if (!req) return req.error();
+    auto spawned = spawn_worker(*req);
     if (!spawned) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: cannot start srun: " + spawned.error().message);
     pid_ = spawned->pid;
-    output_thread_ = std::thread([out = out_, o = std::move(spawned->out), e = std::move(spawned->err)]() mutable {
-      std::string part[2];
-      UniqueFd* fds[2] = {&o, &e};
-      while (o.valid() || e.valid()) {
-        pollfd p[2] = {{o.valid() ? o.get() : -1, POLLIN, 0}, {e.valid() ? e.get() : -1, POLLIN, 0}};
-        if (poll(p, 2, 1000) < 0 && errno != EINTR) break;
-        for (int i = 0; i < 2; ++i) {
-          if (!p[i].revents) continue;
-          char buf[4096];
-          ssize_t r = ::read(fds[i]->get(), buf, sizeof buf);
-          if (r <= 0) {
-            if (!part[i].empty()) out->add_line(part[i]);
-            fds[i]->reset();
-            continue;
-          }
-          part[i].append(buf, static_cast<size_t>(r));
-          for (size_t nl; (nl = part[i].find('\n')) != std::string::npos; part[i].erase(0, nl + 1))
-            out->add_line(part[i].substr(0, nl));
-        }
-      }
-    });
+    output_thread_ = std::thread(relay_srun_output, out_, std::move(spawned->out), std::move(spawned->err));
     accept_thread_ = std::thread([this, deadline] { accept_agents(deadline); });
     return {};
   }
@@ -275,6 +278,24 @@ class SrunStarter : public AgentStarter {
     UniqueFd fd;
     int task = -1;
   };
+
+  // srun's command line and environment: every host's agent, told where to dial back
+  // (`dial`: "PORT ADDR,...") and the token to prove.
+  Result<SpawnRequest> srun_request(const std::vector<std::string>& hosts, const std::string& dial) const {
+    auto argv = srun_argv(hosts, s_.remote_hvdrun, s_.start_timeout);
+    const char* path = std::getenv("PATH");
+    auto exe = resolve_program(argv[0], path ? path : "");
+    if (!exe) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: " + exe.error().message + " (Slurm's srun must be on PATH)");
+    SpawnRequest req;
+    req.exe = *exe;
+    req.argv = argv;
+    for (char** e = environ; *e; ++e)
+      if (!starts_with(*e, "HVDRUN_AGENT_")) req.env.push_back(*e);
+    req.env.push_back("HVDRUN_AGENT_CONNECT=" + dial);
+    req.env.push_back("HVDRUN_AGENT_TOKEN=" + token_);
+    req.env.push_back("HVDRUN_AGENT_STACK=" + network_stack_id());
+    return req;
+  }
 
   // Accepts until every host's agent is here, srun has ended, or the deadline passed. A
   // connection without the token in its first frame is dropped.

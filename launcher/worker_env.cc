@@ -70,29 +70,10 @@ std::map<std::string, std::string> environ_to_map(char** envp) {
   return env;
 }
 
-std::map<std::string, std::string> build_worker_env(const std::map<std::string, std::string>& launcher_env,
-                                                    const std::vector<EnvOverride>& overrides, const JobEnv& job,
-                                                    const RankInfo& r, int group_rank) {
-  std::map<std::string, std::string> env;
-  // 1. hvdrun's defaults: only where the user's environment says nothing.
-  env["PYTHONUNBUFFERED"] = "1";
-  if (!job.iface.empty()) {
-    env["NCCL_SOCKET_IFNAME"] = job.iface;
-    env["GLOO_SOCKET_IFNAME"] = job.iface;
-  } else if (job.horovod_port > 0 && !job.gloo_iface.empty()) {
-    env["NCCL_SOCKET_IFNAME"] = job.gloo_iface;  // --horovod: as horovodrun --gloo (lo for a local job)
-  }
-  // 2. The user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD).
-  for (const auto& [k, v] : launcher_env) {
-    if (starts_with(k, "BASH_FUNC_") || k == "OLDPWD") continue;
-    env[k] = v;
-  }
-  // 3. What the command line asks for: its flags (--nccl-debug, Horovod's tuning flags),
-  //    then -x, which wins over everything but the contract below.
-  for (const auto& [k, v] : job.flag_env) env[k] = v;
-  if (!job.nccl_debug.empty()) env["NCCL_DEBUG"] = job.nccl_debug;
-  for (const auto& o : overrides) env[o.name] = o.value;
-  // 4. The contract: what each rank is, and how to reach the job. Always hvdrun's.
+namespace {
+
+// 4. of build_worker_env: the contract, what each rank is and how it reaches the job.
+void set_contract(std::map<std::string, std::string>& env, const JobEnv& job, const RankInfo& r, int group_rank) {
   auto set = [&](const char* k, const std::string& v) { env[k] = v; };
   auto seti = [&](const char* k, int v) { env[k] = std::to_string(v); };
   seti("HOROVOD_RANK", r.rank);
@@ -131,6 +112,34 @@ std::map<std::string, std::string> build_worker_env(const std::map<std::string, 
     set("PYTHONPATH", it == env.end() || it->second.empty() ? job.python_path_prepend
                                                               : job.python_path_prepend + ":" + it->second);
   }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> build_worker_env(const std::map<std::string, std::string>& launcher_env,
+                                                    const std::vector<EnvOverride>& overrides, const JobEnv& job,
+                                                    const RankInfo& r, int group_rank) {
+  std::map<std::string, std::string> env;
+  // 1. hvdrun's defaults: only where the user's environment says nothing.
+  env["PYTHONUNBUFFERED"] = "1";
+  if (!job.iface.empty()) {
+    env["NCCL_SOCKET_IFNAME"] = job.iface;
+    env["GLOO_SOCKET_IFNAME"] = job.iface;
+  } else if (job.horovod_port > 0 && !job.gloo_iface.empty()) {
+    env["NCCL_SOCKET_IFNAME"] = job.gloo_iface;  // --horovod: as horovodrun --gloo (lo for a local job)
+  }
+  // 2. The user's environment (hvdrun's own, less BASH_FUNC_* and OLDPWD).
+  for (const auto& [k, v] : launcher_env) {
+    if (starts_with(k, "BASH_FUNC_") || k == "OLDPWD") continue;
+    env[k] = v;
+  }
+  // 3. What the command line asks for: its flags (--nccl-debug, Horovod's tuning flags),
+  //    then -x, which wins over everything but the contract below.
+  for (const auto& [k, v] : job.flag_env) env[k] = v;
+  if (!job.nccl_debug.empty()) env["NCCL_DEBUG"] = job.nccl_debug;
+  for (const auto& o : overrides) env[o.name] = o.value;
+  // 4. The contract: what each rank is, and how to reach the job. Always hvdrun's.
+  set_contract(env, job, r, group_rank);
   return env;
 }
 

@@ -118,6 +118,9 @@ class Engine {
  private:
   using Op = PendingOp;
 
+  // The steady clock in seconds (the engine's timestamps: submission, cycle end, stalls).
+  static double now_s();
+
   std::shared_ptr<Op> find(hvd_handle_t h);
   // (mu_) Whether a submitted request (not a refusal) is pending under the name whose
   // pending head is `head`.

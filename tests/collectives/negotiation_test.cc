@@ -1,51 +1,15 @@
-// Negotiation and the response cache as pure functions: cycle messages in, responses out.
+// Negotiation as a pure function: cycle messages in, responses out.
 // No ring, no threads, no clock.
 #include "collectives/engine/negotiation.h"
-#include "collectives/engine/stall_inspector.h"
 
 #include <gtest/gtest.h>
 
-#include <map>
-#include <string>
-#include <vector>
+#include "negotiation_test_util.h"
 
 namespace hvdrun {
 namespace {
 
-Spec allreduce(const std::string& name, uint64_t count = 4, hvd_dtype_t dtype = HVD_FLOAT32) {
-  Spec s;
-  s.name = name;
-  s.kind = OpKind::kAllreduce;
-  s.dtype = static_cast<uint8_t>(dtype);
-  s.op = HVD_OP_SUM;
-  s.counts = {count};
-  return s;
-}
-
-Spec of_kind(const std::string& name, OpKind kind) {
-  Spec s = allreduce(name);
-  s.kind = kind;
-  return s;
-}
-
-struct Cluster {
-  explicit Cluster(int n, size_t capacity = 16) : cache(capacity), neg(n, &cache), msgs(static_cast<size_t>(n)) {}
-  // One cycle with the messages as set, then cleared for the next.
-  NegotiationResult cycle(double now = 0) {
-    NegotiationResult out;
-    neg.run(msgs, now, &out);
-    for (auto& m : msgs) m = CycleMessage{};
-    return out;
-  }
-  std::vector<std::string> names(const NegotiationResult& out) const {
-    std::vector<std::string> v;
-    for (auto& r : out.responses) v.push_back(r.name);
-    return v;
-  }
-  ResponseCache cache;
-  Negotiation neg;
-  std::vector<CycleMessage> msgs;
-};
+using namespace negotiation_test;
 
 TEST(Negotiation, ANameEveryRankAnnouncedIsOneResponse) {
   Cluster c(2);
@@ -185,57 +149,6 @@ TEST(Negotiation, AnAllgatherResponseCarriesEveryRanksRows) {
   ASSERT_EQ(out.responses[0].per_rank.size(), 2u);
   EXPECT_EQ(out.responses[0].per_rank[0].counts[0], 3u);
   EXPECT_EQ(out.responses[0].per_rank[1].counts[0], 5u);
-}
-
-TEST(ResponseCache, NewNamesTakeTheLowestFreeIdAndTheLeastRecentlyUsedMakesRoom) {
-  ResponseCache cache(2);
-  std::string evicted;
-  cache.put("a", allreduce("a"), &evicted);
-  cache.put("b", allreduce("b"), &evicted);
-  EXPECT_EQ(cache.find("a")->id, 0);
-  EXPECT_EQ(cache.find("b")->id, 1);
-  const uint64_t epoch = cache.epoch();
-  cache.put("a", allreduce("a"), &evicted);  // ran again: used, not moved
-  EXPECT_EQ(evicted, "");
-  EXPECT_EQ(cache.epoch(), epoch);
-  cache.put("c", allreduce("c"), &evicted);
-  EXPECT_EQ(evicted, "b");
-  EXPECT_EQ(cache.find("c")->id, 1);
-  EXPECT_EQ(*cache.name_at(1), "c");
-  EXPECT_GT(cache.epoch(), epoch);
-  EXPECT_TRUE(cache.erase("a"));
-  EXPECT_EQ(cache.name_at(0), nullptr);
-  EXPECT_FALSE(cache.erase("a"));
-}
-
-TEST(ResponseCache, CapacityZeroKeepsNothing) {
-  ResponseCache cache(0);
-  std::string evicted;
-  cache.put("a", allreduce("a"), &evicted);
-  EXPECT_EQ(cache.size(), 0u);
-}
-
-TEST(StallInspector, RankZeroWarnsOnceOfNamesMissingPastTheCheckTimeAndAnyRankEndsThemPastShutdown) {
-  Cluster c(3);
-  std::string evicted;
-  c.cache.put("cached", allreduce("cached"), &evicted);
-  c.msgs[0].specs = {allreduce("late")};
-  c.msgs[1].specs = {allreduce("late")};
-  set_bit(&c.msgs[0].bits, 0);
-  c.cycle(/*now=*/100);
-  StallInspector rank0(/*check_s=*/10, /*shutdown_s=*/30, 0), rank1(10, 30, 1);
-  EXPECT_FALSE(rank0.check(105, c.neg, c.cache));  // not yet past the check time
-  auto report = rank0.check(111, c.neg, c.cache);
-  ASSERT_TRUE(report);
-  EXPECT_FALSE(report->fatal);
-  EXPECT_EQ(report->missing, (std::map<int, std::vector<std::string>>{{1, {"cached"}}, {2, {"late", "cached"}}}));
-  EXPECT_EQ(format_stall(*report, [](int r) { return "h" + std::to_string(r); }),
-            "rank 1 (host h1) has not submitted: cached\nrank 2 (host h2) has not submitted: late cached\n");
-  EXPECT_FALSE(rank0.check(120, c.neg, c.cache));  // warned once
-  EXPECT_FALSE(rank1.check(120, c.neg, c.cache));  // only rank 0 warns
-  report = rank1.check(131, c.neg, c.cache);
-  ASSERT_TRUE(report);
-  EXPECT_TRUE(report->fatal);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // A worker for the launcher's integration tests.
 //   chatter BYTES        write BYTES of numbered, self-checking lines to stdout (and 1/8 to stderr)
 //   family PIDFILE CODE  fork a child that sleeps; append "pid child" to PIDFILE; then exit CODE
-//                        if CODE >= 0, else sleep forever
+//                        once every rank's line is there if CODE >= 0, else sleep forever
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +15,15 @@ static unsigned checksum(const std::string& s) {
   unsigned h = 2166136261u;
   for (unsigned char c : s) h = (h ^ c) * 16777619u;
   return h;
+}
+
+static long lines_in(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  long n = 0;
+  for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+  fclose(f);
+  return n;
 }
 
 int main(int argc, char** argv) {
@@ -46,7 +55,10 @@ int main(int argc, char** argv) {
     printf("rank %s ready\n", r.c_str());
     fflush(stdout);
     if (code >= 0) {
-      usleep(200 * 1000);  // let the others write their pids first
+      // Once every rank has written its pids (the test reads them all), at most 20 s.
+      const char* size = getenv("HOROVOD_SIZE");
+      const long ranks = size ? atol(size) : 1;
+      for (int i = 0; i < 4000 && lines_in(argv[2]) < ranks; ++i) usleep(5000);
       return code;
     }
     for (;;) pause();

@@ -1,6 +1,7 @@
-// The agent's reports (kSetupError, kFailed, kExited, kSlurmSignal, kStdinTaken, kDone): the
-// bytes on the wire are the ones agents of this version have always sent, and what a
-// malformed report carries takes its field's default.
+// The JSON messages between hvdrun and its agents (launcher/agent_messages): the job, the
+// hello and the attach round trip; the agent's reports (kSetupError, kFailed, kExited,
+// kSlurmSignal, kStdinTaken, kDone): the bytes on the wire are the ones agents of this
+// version have always sent, and what a malformed report carries takes its field's default.
 #include "launcher/agent_messages.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,50 @@
 
 namespace hvdrun {
 namespace {
+
+TEST(AgentMessages, JobHelloAndAttachRoundTrip) {
+  AgentJob job;
+  job.host = "node2";
+  job.cwd = "/work dir";
+  job.kill_grace = 2.5;
+  job.ranks = {{4, {"python", "train.py"}, {"A=1", "HVDRUN_SECRET=ab"}}, {5, {"python"}, {}}};
+  auto back = decode_job(encode_job(job));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->host, "node2");
+  EXPECT_EQ(back->cwd, "/work dir");
+  EXPECT_DOUBLE_EQ(back->kill_grace, 2.5);
+  ASSERT_EQ(back->ranks.size(), 2u);
+  EXPECT_EQ(back->ranks[0].rank, 4);
+  EXPECT_EQ(back->ranks[0].env[1], "HVDRUN_SECRET=ab");
+  EXPECT_FALSE(decode_job("{\"host\": 1}").ok());
+  EXPECT_FALSE(decode_job("not json").ok());
+
+  AgentHello h;
+  h.version = "0.1.0";
+  h.node = "n3";
+  h.network_stack = "boot:4026531840";
+  h.ifaces = {{"lo", "127.0.0.1", false, 8}, {"ib0", "10.0.0.2", false, 16}, {"ib0", "fd00::2", true, 64}};
+  h.free_port = 40000;
+  auto hb = decode_hello(encode_hello(h));
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->node, "n3");
+  EXPECT_EQ(hb->ifaces, h.ifaces);
+  EXPECT_EQ(hb->free_port, 40000);
+  EXPECT_EQ(hb->launcher_addr, "");
+  // Another version's hello is read far enough to refuse it by its version.
+  auto old = decode_hello(R"({"launcher_addr": "10.0.0.1", "version": "0.0.1"})");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->version, "0.0.1");
+  EXPECT_FALSE(decode_hello(R"({"version": "1", "ifaces": [{"name": "x", "addr": "1.2.3.4", "prefix": 33}]})").ok());
+  EXPECT_FALSE(decode_hello("{}").ok());
+
+  auto at = decode_attach(encode_attach({"00ff", 3, "n4"}));
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(at->token, "00ff");
+  EXPECT_EQ(at->task, 3);
+  EXPECT_EQ(at->node, "n4");
+  EXPECT_FALSE(decode_attach(R"({"token": 1})").ok());
+}
 
 TEST(AgentMessages, ReportsKeepTheirBytesOnTheWire) {
   EXPECT_EQ(encode_setup_error({"no such file", 127, ErrorKind::kNotFound}),

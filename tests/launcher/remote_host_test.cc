@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -33,11 +34,20 @@ class RecordingSink : public OutputSink {
   void write_lines(int, StreamKind, std::string_view) override {}
   bool congested() const override { return false; }
   void notice(std::string_view line) override {
-    std::lock_guard<std::mutex> lk(mu);
-    notices.emplace_back(line);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      notices.emplace_back(line);
+    }
+    cv.notify_all();
   }
   void drain() override {}
+  // Until there is a notice, or 20 s have passed; whether there is one.
+  bool wait_for_a_notice() {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(20), [this] { return !notices.empty(); });
+  }
   std::mutex mu;
+  std::condition_variable cv;
   std::vector<std::string> notices;
 };
 
@@ -203,7 +213,6 @@ TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
   int written_at_return = -1;
   double waited = -1;
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
     rh.host.signal(SIGSTOP);
     rh.host.signal(SIGCONT);
     auto t0 = Clock::now();
@@ -225,11 +234,20 @@ TEST(RemoteHost, WaitSignalsSentReturnsOnceTheyAreWritten) {
 class StdinLink : public FakeLink {
  public:
   Status write(std::string_view data) override {
-    if (data.size() >= 5 && static_cast<Type>(data[4]) == Type::kStdin) stdin_bytes += data.size() - 5;
+    if (data.size() >= 5 && static_cast<Type>(data[4]) == Type::kStdin) {
+      std::lock_guard<std::mutex> lk(mu_);
+      stdin_bytes += data.size() - 5;
+    }
+    cv_.notify_all();
     return {};
   }
   size_t write_room() override { return 1 << 20; }
   Result<std::string> read(int timeout_ms) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      reads++;  // one a turn of the relay's loop, after it sent what it may
+    }
+    cv_.notify_all();
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!pending_.empty()) return std::exchange(pending_, std::string());
@@ -243,10 +261,18 @@ class StdinLink : public FakeLink {
     pending_ += agentwire::encode(t, payload);
     if (t == Type::kDone) done_ = true;  // and then it exits
   }
+  // Until `holds()` (looked at after each write and read of the relay's), or 20 s.
+  template <class Pred>
+  void wait_until(Pred holds) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(20), holds);
+  }
   std::atomic<size_t> stdin_bytes{0};
+  std::atomic<int> reads{0};
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   bool done_ = false;
 };
 
@@ -260,17 +286,18 @@ TEST(RemoteHost, StdinBeyondTheWindowWaitsUntilRankZeroTakesIt) {
   std::thread pump([&] {  // hvdrun's stdin: three windows' worth
     for (size_t sent = 0; sent < 3 * window; sent += chunk) rh.host.send_stdin(std::string(chunk, 'x'));
   });
-  auto settle = [&] {  // until the relay has sent all it may (it stops short, or at all)
-    size_t last = SIZE_MAX;
-    for (int i = 0; i < 100 && rh.fake->stdin_bytes.load() != last; ++i) {
-      last = rh.fake->stdin_bytes.load();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return rh.fake->stdin_bytes.load();
+  // Once `at_least` has been sent, two more turns of the relay's loop: each sends what
+  // the window allows before it reads. What has been sent then is all it may send.
+  auto settle = [&](size_t at_least) {
+    StdinLink& l = *rh.fake;
+    l.wait_until([&] { return l.stdin_bytes.load() >= at_least; });
+    int turn = l.reads.load();
+    l.wait_until([&] { return l.reads.load() >= turn + 2; });
+    return l.stdin_bytes.load();
   };
-  size_t first = settle();
+  size_t first = settle(window);
   rh.fake->say(Type::kStdinTaken, "{\"bytes\":" + std::to_string(window) + "}");
-  size_t second = settle();
+  size_t second = settle(2 * window);
   rh.fake->say(Type::kStdinTaken, "{\"closed\":true}");  // rank 0 closed its stdin: the rest is dropped
   pump.join();
   rh.fake->say(Type::kDone, "{\"code\":0}");
@@ -331,63 +358,6 @@ TEST(RemoteHost, StderrThatCameWithTheEofIsShown) {
   EXPECT_NE(sink.notices[1].find("the agent closed its output"), std::string::npos) << sink.notices[1];
 }
 
-// A launch command's client that hvdrun's loop reaped when it ended (waitpid(-1): the loop
-// reaps every child) is not signalled when its link goes away at the end of the job: its
-// pid, and so its process group id, may be another process's by then. Here the pid is
-// handed straight to a new process group leader (clone3 with set_tid), which the link's
-// SIGCONT and SIGTERM to -pid hit.
-TEST(CommandLink, ClientReapedElsewhereIsNotSignalledAtTheEnd) {
-  auto link = open_command_link({"sh", "-c", "exit 0"}, "b");
-  ASSERT_TRUE(link.ok()) << link.error().message;
-  std::string kids;
-  {
-    std::ifstream in("/proc/self/task/" + std::to_string(gettid()) + "/children");
-    std::getline(in, kids);
-  }
-  pid_t client = static_cast<pid_t>(std::atoi(kids.c_str()));
-  ASSERT_GT(client, 0);
-  int st = 0;
-  ASSERT_EQ(waitpid(client, &st, 0), client);  // as hvdrun's loop does
-  // A helper (our child) makes the new holder of the pid (its child, not ours: a process
-  // hvdrun does not own) and waits, so that we can look at it.
-  int rep[2];
-  ASSERT_EQ(pipe(rep), 0);
-  pid_t helper = fork();
-  if (helper == 0) {
-    long other = clone_holding_pid(client);
-    int e = other < 0 ? errno : 0;
-    if (write(rep[1], &e, sizeof e) < 0) _exit(1);
-    while (true) pause();
-  }
-  close(rep[1]);
-  int e = -1;
-  ASSERT_EQ(read(rep[0], &e, sizeof e), static_cast<ssize_t>(sizeof e));
-  close(rep[0]);
-  auto cleanup = [&] {
-    kill(client, SIGKILL);
-    kill(helper, SIGKILL);
-    waitpid(helper, &st, 0);
-  };
-  if (e != 0) {
-    cleanup();
-    GTEST_SKIP() << "clone3 with set_tid: " << std::strerror(e);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its setpgid
-  link->reset();  // the end of the job
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::string stat;
-  {
-    std::ifstream in("/proc/" + std::to_string(client) + "/stat");
-    std::getline(in, stat);
-  }
-  size_t close_paren = stat.rfind(')');
-  char state = close_paren != std::string::npos && close_paren + 2 < stat.size() ? stat[close_paren + 2] : '?';
-  EXPECT_NE(state, 'Z') << "the process that now has the client's pid was signalled";
-  EXPECT_NE(state, '?');
-  cleanup();
-}
-
-
 // An agent's reports with fields of the wrong type or out of range are passed over: the
 // relay thread threw (json::value on a type mismatch, std::terminate) and hvdrun died.
 TEST(RemoteHost, MalformedReportsArePassedOverNotThrownOn) {
@@ -420,14 +390,7 @@ TEST(RemoteHost, SlurmSignalReportedDuringATeardownIsSaidOnce) {
   ASSERT_TRUE(rh.start());
   std::thread t([&] {
     rh.fake->say(Type::kFailed, "{\"rank\":0,\"status\":15}");  // killed by SIGTERM
-    auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (Clock::now() < deadline) {  // until hvdrun has named it (its teardown began)
-      {
-        std::lock_guard<std::mutex> lk(rh.sink.mu);
-        if (!rh.sink.notices.empty()) break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    rh.sink.wait_for_a_notice();  // until hvdrun has named it (its teardown began)
     rh.fake->say(Type::kSlurmSignal, "{\"signal\":15}");
     rh.fake->say(Type::kSlurmSignal, "{\"signal\":15}");  // another host's agent, or a second scancel
     rh.fake->say(Type::kDone, "{\"code\":143}");

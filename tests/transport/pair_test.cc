@@ -3,11 +3,13 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <cstring>
@@ -18,6 +20,7 @@
 
 #include "common/auth.h"
 #include "transport/socket_util.h"
+#include "blocked_in.h"
 
 namespace hvdrun::transport {
 namespace {
@@ -180,7 +183,13 @@ TEST(Pair, PeerResetIsNamedAsLost) {
   send.send_len = unread.size();
   Pair unused;
   ASSERT_TRUE(transfer(&*k.in, &unused, send, 10, 0).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // in out's receive queue
+  // Closed once the bytes are in out's receive queue (then the close is a reset).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  int queued = 0;
+  while ((ioctl(k.out->fd(), FIONREAD, &queued) != 0 || queued < static_cast<int>(unread.size())) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(queued, static_cast<int>(unread.size()));
   k.out->close();
   char buf[16];
   TransferSpec spec;
@@ -224,8 +233,10 @@ TEST(ShmPair, OneWriteWakesTheWatcherAndTheReaderWaitingBesideIt) {
   ASSERT_TRUE(k.out.ok() && k.in.ok());
   ASSERT_TRUE(k.out->is_shm());
   ShmChannel* in = k.in->shm();
-  auto asleep = [](ShmChannel::Wait w, auto ready) {
-    return std::async(std::launch::async, [w, ready] {
+  // A thread that waits on `w` unless `ready`; *tid: its thread id, once it runs.
+  auto asleep = [](ShmChannel::Wait w, auto ready, std::atomic<pid_t>* tid) {
+    return std::async(std::launch::async, [w, ready, tid] {
+      tid->store(test_threads::this_thread_id());
       auto t0 = std::chrono::steady_clock::now();
       if (!ready()) futex_wait_any(&w, 1, 10'000'000'000L);  // 10 s: a missed wake shows
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -233,8 +244,15 @@ TEST(ShmPair, OneWriteWakesTheWatcherAndTheReaderWaitingBesideIt) {
   };
   char got[8];
   // Alone: the reader is not waiting, so only the watcher's own flag gets it woken.
-  auto watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Each write comes once the waiters are asleep on the futex.
+  std::atomic<pid_t> watcher_tid{0}, reader_tid{0};
+  auto asleep_now = [](const std::atomic<pid_t>& tid) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (tid.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    return tid.load() != 0 && test_threads::wait_blocked_in(getpid(), tid.load());
+  };
+  auto watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); }, &watcher_tid);
+  ASSERT_TRUE(asleep_now(watcher_tid));
   ASSERT_EQ(k.out->shm()->write("12345678", 8), 8u);
   ASSERT_EQ(watcher.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the lone watcher was not woken";
   EXPECT_LT(watcher.get(), 5.0);
@@ -243,9 +261,11 @@ TEST(ShmPair, OneWriteWakesTheWatcherAndTheReaderWaitingBesideIt) {
   ASSERT_EQ(in->read(got, 8), 8u);
   EXPECT_FALSE(in->has_data());
   // Beside the reader's own wait on the same word: one write wakes both.
-  watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); });
-  auto reader = asleep(in->prepare_read_wait(), [in] { return in->readable(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  watcher_tid = 0;
+  watcher = asleep(in->prepare_watch(), [in] { return in->has_data(); }, &watcher_tid);
+  auto reader = asleep(in->prepare_read_wait(), [in] { return in->readable(); }, &reader_tid);
+  ASSERT_TRUE(asleep_now(watcher_tid));
+  ASSERT_TRUE(asleep_now(reader_tid));
   ASSERT_EQ(k.out->shm()->write("abcdefgh", 8), 8u);
   ASSERT_EQ(watcher.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the watcher was not woken";
   ASSERT_EQ(reader.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the reader was not woken";
@@ -425,8 +445,10 @@ TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
   auto& in = peer.in;
   ASSERT_TRUE(in.ok()) << in.error().message;
   ASSERT_TRUE(in->is_shm());
+  // Killed once this thread waits in the transfer (on the ring's futex).
+  const pid_t waiter = test_threads::this_thread_id();
   auto killer = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(test_threads::wait_blocked_in(getpid(), waiter)) << "the transfer never waited";
     kill(child, SIGKILL);
   });
   char buf[64];

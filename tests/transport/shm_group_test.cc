@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <thread>
 
+#include "blocked_in.h"
+
 namespace hvdrun::transport {
 namespace {
 
@@ -100,8 +102,10 @@ TEST(ShmGroup, AKilledPeerIsNamedAtOnce) {
     return !s && s.error().kind == ErrorKind::kPeerLost && s.error().peer_rank == 2 ? 0 : 1;
   });
   pid_t victim = grp.kids[1];
-  std::thread killer([victim] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Killed once this thread waits in the barrier (on its futex).
+  const pid_t waiter = test_threads::this_thread_id();
+  std::thread killer([victim, waiter] {
+    EXPECT_TRUE(test_threads::wait_blocked_in(getpid(), waiter)) << "the barrier never waited";
     kill(victim, SIGKILL);
   });
   auto t0 = Clock::now();
@@ -138,7 +142,8 @@ TEST(ShmGroup, APeerThatClosesIsNamedWithItsReason) {
 TEST(ShmGroup, ARankThatPassesAndThenClosesDoesNotFailTheBarrier) {
   Group grp;
   make_group(grp, 2, [](ShmGroup& g) {
-    usleep(50000);  // the parent is asleep in the barrier by now
+    // Once the parent is asleep in the barrier.
+    if (!test_threads::wait_blocked_in(getppid(), getppid())) return 2;
     if (!g.barrier(20, 0, true).ok()) return 1;
     g.close("failed right after the barrier");
     return 0;

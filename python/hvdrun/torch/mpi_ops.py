@@ -18,12 +18,7 @@ waiting.
 
 from __future__ import annotations
 
-import itertools
-import math
-import operator
-import threading
-import warnings
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -32,6 +27,11 @@ from hvdrun._basics import (cross_rank, cross_size, cuda_built, gloo_built, init
                             local_rank, local_size, mpi_built, mpi_threads_supported, nccl_built, rank,
                             require_init, shutdown, size)
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
+from hvdrun.torch._arguments import (Average, Max, Min, Product, ProcessSet, Sum, _buffer_dtype, _check_process_set,
+                                     _dtype_of, _factor, _root, global_process_set,
+                                     handle_average_backwards_compatibility)
+from hvdrun.torch._handles import _Pending, _op_name, _register, _wait_all, poll, synchronize
+from hvdrun.torch._scaling import _group_scalings, _scale, _scaling
 from hvdrun.torch.compression import Compression
 
 __all__ = [
@@ -44,232 +44,6 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "poll", "synchronize", "join", "barrier", "HorovodInternalError",
 ]
-
-# Reduction ops (ints, as Horovod's).
-Sum = _capi.OP_SUM
-Average = _capi.OP_AVERAGE
-Min = _capi.OP_MIN
-Max = _capi.OP_MAX
-Product = _capi.OP_PRODUCT
-_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
-
-_DTYPES: Dict[torch.dtype, int] = {
-    torch.int8: _capi.INT8, torch.uint8: _capi.UINT8, torch.int32: _capi.INT32, torch.int64: _capi.INT64,
-    torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16, torch.float32: _capi.FLOAT32,
-    torch.float64: _capi.FLOAT64,
-}
-
-
-class ProcessSet:
-    """Horovod's process set. hvdrun has one: every rank of the job (global_process_set)."""
-
-    process_set_id = 0
-
-    def size(self) -> int:
-        return size()
-
-    def rank(self) -> int:
-        return rank()
-
-    def included(self) -> bool:
-        return True
-
-    @property
-    def ranks(self) -> List[int]:
-        return list(range(size()))
-
-    def __repr__(self) -> str:
-        return "ProcessSet(process_set_id=0, global)"
-
-
-global_process_set = ProcessSet()
-
-
-def _check_process_set(ps: Any) -> None:
-    if ps is not None and ps is not global_process_set:
-        raise InvalidArgumentError("process sets other than hvd.global_process_set are not supported by hvdrun")
-
-
-def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-    elif average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in v1.0",
-                      DeprecationWarning)
-        op = Average if average else Sum
-    else:
-        op = Average
-    if op not in _OP_NAMES:
-        raise InvalidArgumentError(f"op {op!r}: expected hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product")
-    return int(op)
-
-
-def _dtype_of(t: Any, what: str) -> int:
-    """The C dtype of `t`, after the checks every tensor passed to libhvdrun must pass."""
-    if not isinstance(t, torch.Tensor):
-        raise InvalidArgumentError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
-    d = _DTYPES.get(t.dtype)
-    if d is None:
-        raise InvalidArgumentError(f"{what}: dtype {t.dtype} is not supported; expected one of "
-                                   + ", ".join(str(k).replace("torch.", "") for k in _DTYPES))
-    if t.layout != torch.strided:
-        raise InvalidArgumentError(f"{what}: a {t.layout} tensor is not supported; expected a dense tensor")
-    if not t.is_contiguous():
-        raise InvalidArgumentError(f"{what}: the tensor is not contiguous (shape {tuple(t.shape)}, "
-                                   f"strides {t.stride()}); pass tensor.contiguous()")
-    if t.device.type == "cuda":
-        if not _capi.cuda_built():
-            raise InvalidArgumentError(f"{what}: the tensor is on {t.device}, but this libhvdrun "
-                                       f"({_capi.library_path}) was built without CUDA; move it to the CPU or "
-                                       "install an hvdrun built with CUDA and NCCL")
-    elif t.device.type != "cpu":
-        raise InvalidArgumentError(f"{what}: tensors on {t.device.type} are not supported; expected cpu or cuda")
-    return d
-
-
-def _buffer_dtype(send: torch.Tensor, recv: torch.Tensor) -> int:
-    """The C dtype of the buffers handed to libhvdrun, from those very buffers: a buffer
-    whose dtype differs from the code passed would be read or written past its end."""
-    if send.dtype != recv.dtype:
-        raise HorovodInternalError(f"hvdrun.torch: send buffer {send.dtype} and receive buffer {recv.dtype} differ")
-    return _DTYPES[send.dtype]
-
-
-def _factor(what: str, which: str, value: Any) -> float:
-    """A prescale/postscale factor as a finite float (checked before anything is submitted):
-    a number, as Horovod's C++ double takes it, not a string."""
-    try:
-        f = math.nan if isinstance(value, (str, bytes)) else float(value)
-    except (TypeError, ValueError, RuntimeError):
-        f = math.nan
-    if not math.isfinite(f):
-        raise InvalidArgumentError(f"{what}: {which} {value!r}: expected a finite number")
-    return f
-
-
-def _root(what: str, root_rank: Any) -> int:
-    try:
-        root = operator.index(root_rank)
-    except TypeError:
-        root = -1
-    if not 0 <= root < size():
-        raise InvalidArgumentError(f"{what}: root_rank {root_rank!r} is not a rank of this job (0..{size() - 1})")
-    return root
-
-
-def _scale(t: torch.Tensor, factor: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """t * factor in t's own dtype, as Horovod's ScaleBuffer: a floating tensor in its
-    precision (float16 through float32), an integer one through float64, truncated toward
-    zero (copy_ casts as C does)."""
-    if out is None:
-        out = torch.empty_like(t, memory_format=torch.contiguous_format)
-    if t.is_floating_point():
-        return torch.mul(t, factor, out=out)
-    return out.copy_(t.double().mul_(factor))
-
-
-class _Scaling(NamedTuple):
-    send: torch.Tensor  # what goes to libhvdrun: the tensor, or its prescaled copy (same dtype)
-    op: int  # the op to submit
-    prescale: float  # the factors libhvdrun applies
-    postscale: float
-    after: float  # the factor applied here to the result (1.0: none)
-
-
-def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: bool) -> _Scaling:
-    """Horovod's prescale, postscale and Average (a sum times postscale / size()) for
-    `tensor`. libhvdrun applies them itself (native) to floating allreduces only; an integer
-    tensor, and every reducescatter, is scaled here, in its own dtype as Horovod does."""
-    if native and tensor.is_floating_point():
-        return _Scaling(tensor, op, pre, post, 1.0)
-    send = _scale(tensor, pre) if pre != 1.0 else tensor
-    if op == Average and not tensor.is_floating_point():
-        return _Scaling(send, Sum, 1.0, 1.0, post / size())
-    return _Scaling(send, op, 1.0, 1.0, post)
-
-
-def _group_scalings(tensors: Sequence[torch.Tensor], op: int, pre: float, post: float) -> List[_Scaling]:
-    """The scalings of a grouped allreduce, which goes to libhvdrun as one operation with one
-    op and one pair of factors: libhvdrun applies them when every tensor is floating; a
-    group with an integer tensor is scaled here for all of them (Average as a Sum times
-    postscale / size(), as Horovod computes it)."""
-    if all(t.is_floating_point() for t in tensors):
-        return [_scaling(t, op, pre, post, native=True) for t in tensors]
-    if op == Average:
-        op, post = Sum, post / size()
-    return [_scaling(t, op, pre, post, native=False) for t in tensors]
-
-
-# --- Handles -----------------------------------------------------------------------------------
-class _Pending:
-    __slots__ = ("what", "c_handles", "keep", "finish")
-
-    def __init__(self, what: str, c_handles: List[int], keep: Tuple[Any, ...],
-                 finish: Callable[["_Pending"], Any]) -> None:
-        self.what = what
-        self.c_handles = c_handles
-        self.keep = keep  # the tensors libhvdrun reads or writes: alive until synchronize
-        self.finish = finish
-
-
-_lock = threading.Lock()
-_pending: Dict[int, _Pending] = {}
-_handle_ids = itertools.count(1)
-_noname_ids: Dict[str, "itertools.count[int]"] = {}
-
-
-def _op_name(kind: str, name: Optional[str]) -> str:
-    if name is not None:
-        return f"{kind}.{name}"
-    with _lock:
-        counter = _noname_ids.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
-
-
-def _register(p: _Pending) -> int:
-    with _lock:
-        h = next(_handle_ids)
-        _pending[h] = p
-    return h
-
-
-def _wait_all(p: _Pending) -> None:
-    """Waits every C handle of p (each is released even when an earlier one failed)."""
-    err: Optional[BaseException] = None
-    for c in p.c_handles:
-        try:
-            _capi.wait(c, p.what)
-        except HorovodInternalError as e:
-            err = err or e
-    if err is not None:
-        raise err
-
-
-def poll(handle: int) -> bool:
-    """Whether the asynchronous operation `handle` has finished (synchronize() then does
-    not block)."""
-    with _lock:
-        p = _pending.get(handle)
-    if p is None:
-        raise ValueError(f"poll: handle {handle} was not created or has been synchronized already")
-    for c in p.c_handles:
-        r = _capi.poll(c)
-        if r < 0:
-            raise HorovodInternalError(f"poll: libhvdrun does not know the handle of {p.what}")
-        if r == 0:
-            return False
-    return True
-
-
-def synchronize(handle: int) -> Any:
-    """Waits for the asynchronous operation `handle` and returns its output (as Horovod:
-    None for a handle already synchronized). Raises HorovodInternalError when it failed."""
-    with _lock:
-        p = _pending.pop(handle, None)
-    if p is None:
-        return None
-    return p.finish(p)
 
 
 # --- allreduce ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ echo "== built and installed into _install/ in $((SECONDS - start)) s"
 pydir=$(sed -n 's/^HVDRUN_PYTHON_INSTALL_DIR:STRING=//p' "$BUILD_DIR/CMakeCache.txt")
 echo "== hvdrun -np 4 python3 examples/pytorch_train.py (hvdrun.torch, CPU)"
 PYTHONPATH="$PWD/_install/$pydir${PYTHONPATH:+:$PYTHONPATH}" \
-  _install/bin/hvdrun -np 4 /usr/bin/python3 examples/pytorch_train.py --epochs 4 --samples 4096 --no-cuda
+  _install/bin/hvdrun -np 4 /usr/bin/python3 examples/pytorch_train.py --epochs 5 --lr 0.0001 --samples 4096 --no-cuda
 echo "== hvdrun -np 4 hvdrun-allreduce-demo (the C API)"
 _install/bin/hvdrun -np 4 _install/bin/hvdrun-allreduce-demo
 echo "== demo done in $((SECONDS - start)) s; hvdrun is in _install/bin (hvdrun --help)"

@@ -21,8 +21,8 @@
 namespace hvdrun {
 
 class Ring;
-namespace rdv {
-class Client;
+namespace transport {
+class Store;
 }
 
 enum class Memory { kHost, kDevice };
@@ -37,7 +37,7 @@ Result<Memory> memory_of(const void* p);
 
 struct GpuSetup {
   int rank = 0, size = 1, local_rank = 0;
-  rdv::Client* client = nullptr;  // null only in a job of one
+  transport::Store* store = nullptr;  // the rendezvous; null only in a job of one
   Ring* ring = nullptr;           // the CPU ring, for staging
   double timeout_s = tunable_default("HVDRUN_TIMEOUT");
   int generation = 0;             // which communicator of this process (the id's key)

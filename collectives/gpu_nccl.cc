@@ -261,7 +261,7 @@ Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) 
   auto device = select_device(s.rank, s.local_rank);
   if (!device) return device.error();
   auto id = exchange_nccl_id(
-      s.client, s.rank, s.size, s.generation,
+      s.store, s.rank, s.size, s.generation,
       []() -> Result<std::string> {
         ncclUniqueId uid;
         if (ncclResult_t r = ncclGetUniqueId(&uid); r != ncclSuccess) return nccl_error("ncclGetUniqueId", r);

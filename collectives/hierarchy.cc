@@ -6,7 +6,6 @@
 #include "common/deadline.h"
 #include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/client.h"
 
 namespace hvdrun {
 
@@ -63,10 +62,10 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   std::vector<std::string> hosts(s.size);
   std::vector<transport::PeerAddress> addr(s.size);
   for (int r = 0; r < s.size; ++r) {
-    auto p = s.client->get_peer(r, deadline);
+    auto p = s.store->peer(r, deadline);
     if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, ErrorKind::kRendezvous);
     hosts[r] = p->host;
-    addr[r] = {p->rank, p->host, p->addr, p->port};
+    addr[r] = *p;
   }
   HostLayout h = host_layout(hosts);
   if (h.hosts < 2 || h.per_host < 2) {
@@ -78,7 +77,7 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   HierarchyOptions which{wanted.allreduce != Want::kOff, wanted.allgather != Want::kOff};
   const int L = h.per_host, C = h.hosts, l = h.local_of[s.rank], c = h.host_of[s.rank];
   auto ring_of = [&](const char* name, int index, int size, int right, int left) -> Result<std::unique_ptr<Ring>> {
-    if (auto b = s.client->barrier(std::string("hvdrun/hierarchy/") + name, s.size, s.timeout_s); !b)
+    if (auto b = s.store->barrier(std::string("hvdrun/hierarchy/") + name, s.size, s.timeout_s); !b)
       return err(std::string("barrier before the ") + name + " ring: " + b.error().message, ErrorKind::kRendezvous);
     Result<transport::Pair> out = make_error(ErrorKind::kInternal, "not connected");
     std::thread connector([&] { out = transport::connect_pair(addr[right], s.pairs); });

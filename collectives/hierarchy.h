@@ -10,12 +10,9 @@
 #include "collectives/ring.h"
 #include "common/result.h"
 #include "transport/pair.h"
+#include "transport/store.h"
 
 namespace hvdrun {
-
-namespace rdv {
-class Client;
-}
 
 // Pure: the hosts of every rank (index = rank) -> the layout. Hosts are numbered in the
 // order of their first rank, local indices in rank order within a host.
@@ -37,7 +34,7 @@ struct HierarchyWanted {
 Result<HierarchyWanted> hierarchy_from_tunables();
 
 struct HierarchySetup {
-  rdv::Client* client = nullptr;
+  transport::Store* store = nullptr;  // the rendezvous
   int listen_fd = -1;
   int rank = 0, size = 1;
   transport::PairOptions pairs;
@@ -46,10 +43,10 @@ struct HierarchySetup {
 };
 
 // Called by every rank of a job on several hosts (all or none must call it): asks the
-// rendezvous for every rank's host, and when the layout has one (several hosts, the same
-// number >= 2 of ranks on each) connects the local and the cross ring (every rank at once,
-// phase by phase with a rendezvous barrier between, so that each listener sees one ring's
-// connection at a time) and attaches them to `global`. Hosts with different numbers of
+// store (the rendezvous) for every rank's host, and when the layout has one (several
+// hosts, the same number >= 2 of ranks on each) connects the local and the cross ring
+// (every rank at once, phase by phase with a store barrier between, so that each listener
+// sees one ring's connection at a time) and attaches them to `global`. Hosts with different numbers of
 // ranks have no hierarchy: an error when it was asked for explicitly.
 Status attach_hierarchy(Ring& global, const HierarchySetup& setup, HierarchyWanted wanted);
 

@@ -1,5 +1,7 @@
 #include "collectives/nccl_id.h"
 
+#include <cerrno>
+
 #include "hvdrun/hvdrun.h"
 #include "rendezvous/protocol.h"
 
@@ -10,7 +12,7 @@ std::string nccl_id_key(int generation) {
   return generation == 0 ? key : key + "/" + std::to_string(generation);
 }
 
-Result<std::string> exchange_nccl_id(rdv::Client* client, int rank, int size, int generation,
+Result<std::string> exchange_nccl_id(transport::Store* client, int rank, int size, int generation,
                                      const std::function<Result<std::string>()>& make_id, double timeout_s) {
   const std::string who = "rank " + std::to_string(rank) + ": ";
   const std::string key = nccl_id_key(generation);

@@ -58,8 +58,9 @@ class RingComm {
   // close() wakes it and waits for it to let go of the pairs. Over shared memory it returns
   // every 20 ms at most.
   void watch_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t seen, int timeout_ms);
-  // Closes the pairs (and the hierarchy's rings): the neighbours see this rank gone, with
-  // `reason` over shared memory. A failed collective does it; so may another thread.
+  // Closes the pairs (Ring::close: the hierarchy's rings and the shared segment too): the
+  // neighbours see this rank gone, with `reason` over shared memory. A failed collective
+  // does it; so may another thread.
   virtual void close(const std::string& reason);
   // The pairs' sockets (-1 in a job of one), for tests that cut them.
   int left_fd() const { return left_.fd(); }

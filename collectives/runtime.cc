@@ -10,6 +10,7 @@
 #include "collectives/buffer_checks.h"
 #include "collectives/dtype.h"
 #include "collectives/hierarchy.h"
+#include "collectives/rendezvous_store.h"
 
 #include <cmath>
 #include <cstdio>
@@ -201,10 +202,9 @@ Status Runtime::connect_ring() {
   po.shm_single_copy_bytes = static_cast<size_t>(tunable_int("HVDRUN_SHM_SINGLE_COPY_BYTES"));
   po.deadline = deadline_in(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
-  auto address = [](const rdv::PeerInfo& p) { return transport::PeerAddress{p.rank, p.host, p.addr, p.port}; };
   Result<transport::Pair> right = make_error(ErrorKind::kInternal, "not connected");
-  std::thread connector([&] { right = transport::connect_pair(address(ring_.right), po); });
-  auto left = transport::accept_pair(listener_.fd.get(), address(ring_.left), po);
+  std::thread connector([&] { right = transport::connect_pair(peer_address(ring_.right), po); });
+  auto left = transport::accept_pair(listener_.fd.get(), peer_address(ring_.left), po);
   connector.join();
   if (!right) return as_rank(ErrorKind::kPeerLost, view_.rank, right.error());
   if (!left) return as_rank(ErrorKind::kPeerLost, view_.rank, left.error());
@@ -240,7 +240,8 @@ Status Runtime::connect_ring() {
   if (!wanted) return as_rank(ErrorKind::kInvalidArgument, view_.rank, wanted.error());
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.
   if (wanted->any() && view_.local_size < view_.size && client_) {
-    HierarchySetup hs{&*client_, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
+    RendezvousStore store(&*client_);
+    HierarchySetup hs{&store, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
     if (auto s = attach_hierarchy(*ring_comm_, hs, *wanted); !s) return s;
   }
   return {};
@@ -252,7 +253,9 @@ Status Runtime::ensure_gpu() {
   g.rank = view_.rank;
   g.size = view_.size;
   g.local_rank = view_.local_rank;
-  g.client = client_ ? &*client_ : nullptr;
+  std::optional<RendezvousStore> store;
+  if (client_) store.emplace(&*client_);
+  g.store = store ? &*store : nullptr;
   g.ring = ring_comm_.get();
   g.timeout_s = tunable_double("HVDRUN_TIMEOUT");
   g.generation = gpu_generation_++;

@@ -86,8 +86,9 @@ for epoch in range(1, args.epochs + 1):
     # The epoch's mean loss over every rank.
     mean_loss = hvd.allreduce(torch.tensor(total / max(batches, 1)), name="epoch_loss").item()
     if hvd.rank() == 0:
-        print(f"epoch {epoch} loss {mean_loss:.4f} ({batches} steps per rank, {time.time() - start:.2f} s)",
-              flush=True)
+        seconds = time.time() - start
+        print(f"epoch {epoch} loss {mean_loss:.4f} ({batches} steps per rank, {seconds:.2f} s, "
+              f"{1000 * seconds / max(batches, 1):.1f} ms/step)", flush=True)
 
 # Accuracy on the training data (each rank its shard, summed over ranks).
 model.eval()

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "launcher/exit_status.h"
@@ -189,13 +190,63 @@ void add_horovodrun_options(CLI::App& app, CliValues& v) {
   app.add_flag("--help-env", v.help_env, "List every environment variable hvdrun and libhvdrun read or set, and exit");
 }
 
+// --- --help in horovodrun's groups (horovod/runner/launch.py's argument groups), in this
+// order; an option named nowhere stays in the group add_horovod_flags gave it (tuning or
+// elastic). GroupedHelp prints every group, listed here or not: no option can drop out.
+struct HelpGroup {
+  const char* title;
+  std::vector<std::string_view> options;  // by CLI11's name: the first long name
+};
+const HelpGroup kHelpGroups[] = {
+    {"Launch", {"--help", "--version", "--num-proc", "--hosts", "--hostfile", "--launcher", "--launch-command",
+                "--remote-hvdrun", "--env", "--start-timeout", "--kill-grace", "--network-interface",
+                "--network-interfaces", "--rendezvous-port", "--config-file", "--dry-run", "--check-build",
+                "--disable-cache", "--help-env"}},
+    {"SSH", {"--ssh-port", "--ssh-identity-file", "--ssh-host-key-checking", "--ssh-command"}},
+    {"Controller and Horovod compatibility",
+     {"--gloo", "--tcp", "--mpi", "--jsrun", "--horovod", "--horovod-compat", "--mpi-args", "--binding-args"}},
+    {"Horovod elastic (not supported)", {}},
+    {"Tuning", {"--hierarchical-allreduce", "--hierarchical-allgather"}},
+    {"Timeline", {"--timeline-filename", "--timeline-mark-cycles"}},
+    {"Logging and output", {"--verbose", "--log-level", "--output-filename", "--prefix-output-with-timestamp",
+                            "--nccl-debug", "--log-with-timestamp", "--log-without-timestamp",
+                            "--log-hide-timestamp", "--no-log-hide-timestamp"}},
+};
+
+class GroupedHelp : public CLI::Formatter {
+ public:
+  std::string make_help(const CLI::App* app, std::string, CLI::AppFormatMode) const override {
+    std::vector<std::string> titles;
+    for (const auto& g : kHelpGroups) titles.push_back(g.title);
+    for (const auto& g : app->get_groups())
+      if (std::find(titles.begin(), titles.end(), g) == titles.end()) titles.push_back(g);
+    std::string out = make_description(app);
+    for (const auto& title : titles) {
+      auto opts = app->get_options([&](const CLI::Option* o) { return o->get_group() == title; });
+      if (!opts.empty()) out += make_group(title, false, opts);
+    }
+    return out;
+  }
+};
+
+void group_for_help(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_group() == "Horovod tuning (horovodrun's flags)") opt->group("Tuning");
+    for (const auto& g : kHelpGroups)
+      if (std::find(g.options.begin(), g.options.end(), opt->get_name()) != g.options.end()) opt->group(g.title);
+  }
+  auto help = std::make_shared<GroupedHelp>();
+  help->column_width(36);
+  app.formatter(help);
+}
+
 void add_options(CLI::App& app, LaunchOptions& o, CliValues& v) {
   app.prefix_command();  // the first positional starts the command; the rest is its own
   app.set_version_flag("-v,--version", std::string("hvdrun ") + HVDRUN_VERSION_STRING);
-  app.get_formatter()->column_width(36);
   add_host_options(app, o, v);
   add_worker_options(app, o, v);
   add_horovodrun_options(app, v);
+  group_for_help(app);
 }
 
 // --- Single-dash rewriting.

@@ -15,10 +15,16 @@
 # and programs that find their address from their hostname (Gloo without an interface,
 # as Horovod 0.28.1's process-set contexts do) hand out 127.0.0.1 to the other hosts.
 #
-# One cluster at a time (the names and the subnet are fixed): ctest serialises the tests
+# One default cluster at a time (its names and subnet are fixed): ctest serialises the tests
 # that use it with a resource lock.
 set -euo pipefail
-BR=hvdbr0 NET=10.250.0 PREFIX=hvdh
+BR=hvdbr0 NET=10.250.0 PREFIX=hvdh VETH=hvdv
+# CLUSTER_NAME=X: a second, separate cluster (bridge hvdbrX, namespaces hvdXN, veths hvXvN,
+# subnet CLUSTER_NET, e.g. 10.251.0), beside the one the cluster tests use; no name of it
+# matches the default cluster's (which `down` of that one, of this or an older script, removes).
+if [ -n "${CLUSTER_NAME:-}" ]; then
+  BR=hvdbr$CLUSTER_NAME NET=${CLUSTER_NET:?CLUSTER_NAME needs CLUSTER_NET} PREFIX=hvd$CLUSTER_NAME VETH=hv${CLUSTER_NAME}v
+fi
 
 down() {
   local dir=$1
@@ -35,7 +41,7 @@ down() {
   # Host-side veth ends: a namespace can outlive its processes while orphaned TCP sockets
   # in it wait out their retransmissions, and with it the veth pair. Deleting our end
   # removes the pair at once.
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^hvdv' || true); do
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^$VETH[0-9]" || true); do
     ip link del "$link" 2>/dev/null || true
   done
   ip link del "$BR" 2>/dev/null || true
@@ -60,8 +66,8 @@ up() {
     local ns=$PREFIX$i addr=$NET.$((10 + i)) h=$dir/h$i
     mkdir -p "$h"
     ip netns add "$ns"
-    ip link add "hvdv$i" type veth peer name eth0 netns "$ns"
-    ip link set "hvdv$i" master "$BR" up
+    ip link add "$VETH$i" type veth peer name eth0 netns "$ns"
+    ip link set "$VETH$i" master "$BR" up
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
@@ -86,6 +92,8 @@ MaxStartups 200
 MaxSessions 100
 LogLevel ERROR
 CFG
+    # CLUSTER_CHROOT=DIR: each host's sessions run in DIR (an image's root file system).
+    [ -n "${CLUSTER_CHROOT:-}" ] && echo "ChrootDirectory $CLUSTER_CHROOT" >> "$h/sshd_config"
     ip netns exec "$ns" /usr/sbin/sshd -f "$h/sshd_config" -E "$h/sshd.log"
     printf 'Host h%s\n  HostName %s\n  User root\n' "$i" "$addr" >> "$dir/home/.ssh/config"
     echo "h$i $addr" >> "$dir/hosts.txt"

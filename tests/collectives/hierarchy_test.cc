@@ -1,5 +1,6 @@
-// The hierarchy's pure parts (collectives/hierarchy): the layout of ranks on hosts and
-// what the variables ask for. The hierarchical rings themselves: ring_test.cc.
+// The hierarchy (collectives/hierarchy): the layout of ranks on hosts, what the variables
+// ask for, and its set-up over an in-memory store with ranks as threads. The hierarchical
+// collectives themselves: ring_hierarchical_test.cc.
 #include "collectives/hierarchy.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "hvdrun/hvdrun.h"
+#include "ring_fixture.h"
+#include "transport/memory_store.h"
 
 namespace hvdrun {
 namespace {
@@ -81,6 +85,81 @@ TEST(HierarchyWanted, AnUnknownValueIsAnErrorNamingIt) {
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.error().kind, ErrorKind::kInvalidArgument);
   EXPECT_EQ(w.error().message, "HOROVOD_HIERARCHICAL_ALLREDUCE='yes': expected auto, 1 or 0");
+}
+
+// Every rank's set-up of the hierarchy: its address in `store`, a listener of its own.
+struct HierarchyJob {
+  std::vector<std::string> hosts;
+  transport::MemoryStore store;
+  std::vector<transport::Listener> listeners;
+  std::string secret = auth::new_secret();
+
+  explicit HierarchyJob(std::vector<std::string> h, bool registered = true) : hosts(std::move(h)) {
+    for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+      auto l = transport::listen_tcp("127.0.0.1", "127.0.0.1");
+      EXPECT_TRUE(l.ok());
+      if (registered) store.add_peer({r, hosts[r], "127.0.0.1", l->port});
+      listeners.push_back(std::move(*l));
+    }
+  }
+  HierarchySetup setup(int r, double timeout_s = 20) {
+    HierarchySetup s;
+    s.store = &store;
+    s.listen_fd = listeners[r].fd.get();
+    s.rank = r;
+    s.size = static_cast<int>(hosts.size());
+    s.pairs.secret = secret;
+    s.pairs.self_rank = r;
+    s.pairs.self_host = hosts[r];
+    s.pairs.shm_ring_bytes = 1 << 16;
+    s.pairs.deadline = transport::Clock::now() + std::chrono::seconds(20);
+    s.timeout_s = timeout_s;
+    return s;
+  }
+};
+
+// The addresses come from the store, the local and the cross rings are connected phase by
+// phase (the store's barriers), and the collectives then take the hierarchical path.
+TEST(AttachHierarchy, ConnectsTheLocalAndCrossRingsThroughTheStore) {
+  const int n = 4;
+  HierarchyJob job({"a", "b", "a", "b"});  // interleaved: local rings {0, 2} and {1, 3}
+  auto rings = ringtest::make_rings(n);
+  auto results = ringtest::on_all(n, [&](int r) -> std::string {
+    if (auto s = attach_hierarchy(*rings[r], job.setup(r), {Want::kOn, Want::kOn}); !s) return s.error().message;
+    if (!rings[r]->hierarchy().allreduce || !rings[r]->hierarchy().allgather) return "no hierarchy attached";
+    for (size_t count : {size_t{3}, size_t{100003}})
+      if (std::string e = ringtest::check_allreduce(*rings[r], n, count, HVD_FLOAT32, HVD_OP_SUM, false); !e.empty())
+        return e;
+    std::vector<int32_t> mine(7, r), all(7 * n, -1);
+    if (auto s = rings[r]->allgather(mine.data(), all.data(), 7, HVD_INT32); !s) return s.error().message;
+    for (int p = 0; p < n; ++p)
+      if (all[7 * p] != p || all[7 * p + 6] != p) return "allgather block " + std::to_string(p);
+    return "";
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+}
+
+TEST(AttachHierarchy, UnevenHostsAreAnErrorOnlyWhenAskedFor) {
+  HierarchyJob job({"a", "a", "b"});
+  auto rings = ringtest::make_rings(3);
+  auto asked = attach_hierarchy(*rings[0], job.setup(0), {Want::kOn, Want::kAuto});
+  ASSERT_FALSE(asked.ok());
+  EXPECT_EQ(asked.error().kind, ErrorKind::kInvalidArgument);
+  EXPECT_NE(asked.error().message.find("rank 0: hierarchical collectives: the hosts have different numbers of ranks"),
+            std::string::npos)
+      << asked.error().message;
+  EXPECT_TRUE(attach_hierarchy(*rings[0], job.setup(0), {Want::kAuto, Want::kAuto}).ok());
+  EXPECT_FALSE(rings[0]->hierarchy().allreduce);
+}
+
+TEST(AttachHierarchy, ARankThatNeverRegisteredIsAnErrorNamingIt) {
+  HierarchyJob job({"a", "a", "b", "b"}, /*registered=*/false);
+  auto rings = ringtest::make_rings(4);
+  auto s = attach_hierarchy(*rings[1], job.setup(1, 0.2), {Want::kAuto, Want::kAuto});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().kind, ErrorKind::kRendezvous);
+  EXPECT_NE(s.error().message.find("rank 1: hierarchical collectives: rank 0's address"), std::string::npos)
+      << s.error().message;
 }
 
 }  // namespace

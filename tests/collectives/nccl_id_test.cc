@@ -1,37 +1,15 @@
-// The NCCL unique id's relay through a real rendezvous server, ranks as threads (no CUDA).
+// The NCCL unique id's relay through the job's store, ranks as threads sharing an in-memory
+// store (transport/memory_store.h; no server, no CUDA).
 #include "collectives/nccl_id.h"
 
 #include <future>
 #include <gtest/gtest.h>
 
 #include "hvdrun/hvdrun.h"
-#include "rendezvous/auth.h"
-#include "rendezvous/server.h"
+#include "transport/memory_store.h"
 
 namespace hvdrun {
 namespace {
-
-rdv::Clock::time_point in(double s) {
-  return rdv::Clock::now() + std::chrono::duration_cast<rdv::Clock::duration>(std::chrono::duration<double>(s));
-}
-
-struct Job {
-  std::string secret = rdv::new_secret();
-  std::unique_ptr<rdv::Server> server;
-  explicit Job(int size) {
-    rdv::ServerOptions o;
-    o.secret = secret;
-    for (int r = 0; r < size; ++r) o.ranks.push_back({"h", r});
-    auto s = rdv::Server::start(o, {});
-    EXPECT_TRUE(s.ok()) << s.error().message;
-    server = std::move(*s);
-  }
-  rdv::Client client() {
-    auto c = rdv::Client::connect("127.0.0.1", server->port(), secret, in(10));
-    EXPECT_TRUE(c.ok()) << c.error().message;
-    return std::move(*c);
-  }
-};
 
 std::string id_of(char c) { return std::string(kNcclIdBytes, c); }
 
@@ -42,13 +20,12 @@ TEST(NcclIdRelay, KeyOfTheFirstCommunicatorIsTheProtocols) {
 
 TEST(NcclIdRelay, RankZerosIdReachesEveryRankAndOnlyRankZeroMakesOne) {
   const int size = 5;
-  Job job(size);
+  transport::MemoryStore store;
   std::atomic<int> made{0};
   std::vector<std::future<Result<std::string>>> ranks;
   for (int r = size - 1; r >= 0; --r)  // the waiters first
     ranks.push_back(std::async(std::launch::async, [&, r]() -> Result<std::string> {
-      auto c = job.client();
-      return exchange_nccl_id(&c, r, size, 0, [&]() -> Result<std::string> { ++made; return id_of('\x7f'); }, 10);
+      return exchange_nccl_id(&store, r, size, 0, [&]() -> Result<std::string> { ++made; return id_of('\x7f'); }, 10);
     }));
   for (auto& f : ranks) {
     auto id = f.get();
@@ -59,14 +36,12 @@ TEST(NcclIdRelay, RankZerosIdReachesEveryRankAndOnlyRankZeroMakesOne) {
 }
 
 TEST(NcclIdRelay, EachGenerationHasItsOwnId) {
-  Job job(2);
+  transport::MemoryStore store;
   for (int gen = 0; gen < 3; ++gen) {
     auto waiter = std::async(std::launch::async, [&] {
-      auto c = job.client();
-      return exchange_nccl_id(&c, 1, 2, gen, [] { return Result<std::string>(id_of('x')); }, 10);
+      return exchange_nccl_id(&store, 1, 2, gen, [] { return Result<std::string>(id_of('x')); }, 10);
     });
-    auto c0 = job.client();
-    auto mine = exchange_nccl_id(&c0, 0, 2, gen, [gen] { return Result<std::string>(id_of(static_cast<char>('a' + gen))); }, 10);
+    auto mine = exchange_nccl_id(&store, 0, 2, gen, [gen] { return Result<std::string>(id_of(static_cast<char>('a' + gen))); }, 10);
     ASSERT_TRUE(mine.ok());
     auto theirs = waiter.get();
     ASSERT_TRUE(theirs.ok()) << theirs.error().message;
@@ -75,9 +50,8 @@ TEST(NcclIdRelay, EachGenerationHasItsOwnId) {
 }
 
 TEST(NcclIdRelay, AMissingRankZeroIsATimeOutNamingTheKey) {
-  Job job(2);
-  auto c = job.client();
-  auto id = exchange_nccl_id(&c, 1, 2, 0, [] { return Result<std::string>(id_of('x')); }, 0.3);
+  transport::MemoryStore store;
+  auto id = exchange_nccl_id(&store, 1, 2, 0, [] { return Result<std::string>(id_of('x')); }, 0.3);
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.error().kind, ErrorKind::kTimeout);
   EXPECT_NE(id.error().message.find("rank 1: waiting for rank 0's NCCL id (hvdrun/nccl/unique_id)"), std::string::npos)
@@ -85,14 +59,13 @@ TEST(NcclIdRelay, AMissingRankZeroIsATimeOutNamingTheKey) {
 }
 
 TEST(NcclIdRelay, AnIdOfTheWrongSizeIsRefused) {
-  Job job(2);
-  auto c = job.client();
-  auto id = exchange_nccl_id(&c, 0, 2, 0, [] { return Result<std::string>(std::string(5, 'x')); }, 1);
+  transport::MemoryStore store;
+  auto id = exchange_nccl_id(&store, 0, 2, 0, [] { return Result<std::string>(std::string(5, 'x')); }, 1);
   ASSERT_FALSE(id.ok());
   EXPECT_NE(id.error().message.find("5 bytes, expected 128"), std::string::npos);
   // A rank that reads a wrong-sized value says so too.
-  ASSERT_TRUE(c.set(nccl_id_key(1), "short").ok());
-  auto other = exchange_nccl_id(&c, 1, 2, 1, [] { return Result<std::string>(id_of('x')); }, 1);
+  ASSERT_TRUE(store.set(nccl_id_key(1), "short").ok());
+  auto other = exchange_nccl_id(&store, 1, 2, 1, [] { return Result<std::string>(id_of('x')); }, 1);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.error().message.find("has 5 bytes, expected 128"), std::string::npos) << other.error().message;
 }

@@ -206,4 +206,33 @@ TEST(Options, HelpAndVersion) {
   EXPECT_NE(r->print.find("hvdrun "), std::string::npos);
 }
 
+// --help in horovodrun's groups, in order, each option under its own group's title.
+TEST(Options, HelpListsTheOptionsInHorovodrunsGroups) {
+  auto r = parse({"--help"});
+  ASSERT_TRUE(r.ok());
+  const std::string& h = r->print;
+  const std::pair<const char*, std::vector<const char*>> groups[] = {
+      {"\nLaunch:\n", {"--num-proc", "--hostfile", "--launch-command", "--check-build"}},
+      {"\nSSH:\n", {"--ssh-port", "--ssh-command"}},
+      {"\nController and Horovod compatibility:\n", {"--horovod-compat", "--gloo", "--mpi-args"}},
+      {"\nHorovod elastic (not supported):\n", {"--min-np", "--host-discovery-script"}},
+      {"\nTuning:\n", {"--fusion-threshold-mb", "--autotune", "--hierarchical-allreduce"}},
+      {"\nTimeline:\n", {"--timeline-filename", "--timeline-mark-cycles"}},
+      {"\nLogging and output:\n", {"--log-level", "--output-filename", "--log-hide-timestamp"}},
+  };
+  std::vector<size_t> starts;
+  for (const auto& [title, _] : groups) starts.push_back(h.find(title));
+  starts.push_back(h.size());
+  for (size_t i = 0; i + 1 < starts.size(); ++i) {
+    ASSERT_NE(starts[i], std::string::npos) << groups[i].first << h;
+    ASSERT_LT(starts[i], starts[i + 1]) << groups[i].first;
+    for (const char* opt : groups[i].second) {
+      size_t at = h.find(std::string("  ") + opt + " ");
+      if (at == std::string::npos) at = h.find(std::string(",") + opt + " ");
+      EXPECT_TRUE(at > starts[i] && at < starts[i + 1]) << opt << " not under " << groups[i].first;
+    }
+  }
+  EXPECT_EQ(h.find("\nOptions:\n"), std::string::npos) << "an option without a group";
+}
+
 }  // namespace hvdrun

@@ -7,10 +7,8 @@
 namespace hvdrun::slurm {
 namespace {
 
-constexpr int kUsage = 2;
-
 Error bad(std::string_view list, const std::string& why) {
-  return make_error(ErrorKind::kUsage, "Slurm host list '" + std::string(list) + "': " + why);
+  return make_error(ErrorKind::kUsage, "Slurm host list '" + printable(list) + "': " + why);
 }
 
 bool all_digits(std::string_view s) {
@@ -95,8 +93,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list, size_t m
 Result<std::vector<int>> parse_tasks_per_node(std::string_view s) {
   std::vector<int> out;
   auto fail = [&] {
-    return make_error(ErrorKind::kUsage,
-                      "SLURM_TASKS_PER_NODE '" + std::string(s) + "': expected counts like '2(x3),1'");
+    return make_error(ErrorKind::kUsage, "SLURM_TASKS_PER_NODE '" + printable(s) + "': expected counts like '2(x3),1'");
   };
   if (s.empty()) return fail();
   for (const auto& part : split(s, ',')) {
@@ -123,7 +120,7 @@ Result<std::vector<HostSlots>> allocation_hosts(const std::map<std::string, std:
   std::string var = "SLURM_JOB_NODELIST", list = get("SLURM_JOB_NODELIST");
   if (list.empty()) list = get(var = "SLURM_NODELIST");
   if (list.empty())
-    return make_error(ErrorKind::kUsage, "inside a Slurm allocation (SLURM_JOB_ID " + get("SLURM_JOB_ID") +
+    return make_error(ErrorKind::kUsage, "inside a Slurm allocation (SLURM_JOB_ID " + printable(get("SLURM_JOB_ID")) +
                           ") but SLURM_JOB_NODELIST is not set; give the hosts with -H");
   auto names = expand_hostlist(list);
   if (!names) return make_error(ErrorKind::kUsage, var + ": " + names.error().message);
@@ -131,16 +128,15 @@ Result<std::vector<HostSlots>> allocation_hosts(const std::map<std::string, std:
   // Inside a step (srun ... hvdrun), SLURM_TASKS_PER_NODE and SLURM_NTASKS are the step's,
   // not the allocation's: refuse rather than plan from the wrong layout.
   if (std::string step = get("SLURM_STEP_ID"); !step.empty())
-    return make_error(ErrorKind::kUsage, "hvdrun runs inside Slurm step " + get("SLURM_JOB_ID") + "." + step +
+    return make_error(ErrorKind::kUsage, "hvdrun runs inside Slurm step " + printable(get("SLURM_JOB_ID")) + "." + printable(step) +
                           ", whose SLURM_TASKS_PER_NODE describes that step, not the allocation; run hvdrun "
                           "directly under salloc or in the sbatch script (not through srun), or give the hosts with -H");
   if (std::string tpn = get("SLURM_TASKS_PER_NODE"); !tpn.empty()) {
     auto t = parse_tasks_per_node(tpn);
     if (!t) return t.error();
     if (t->size() != names->size())
-      return make_error(ErrorKind::kUsage,
-                        "SLURM_TASKS_PER_NODE '" + tpn + "' gives " + std::to_string(t->size()) + " node(s), " + var +
-                            " '" + list + "' names " + std::to_string(names->size()));
+      return make_error(ErrorKind::kUsage, "SLURM_TASKS_PER_NODE '" + printable(tpn) + "' gives " + std::to_string(t->size()) + " node(s), " + var +
+                            " '" + printable(list) + "' names " + std::to_string(names->size()));
     slots = *t;
   }
   std::vector<HostSlots> hosts;

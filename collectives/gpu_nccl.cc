@@ -257,7 +257,6 @@ class NcclCollectives : public GpuCollectives {
 const char* gpu_backend_name() { return "nccl"; }
 
 Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) {
-  const std::string who = "rank " + std::to_string(s.rank) + ": ";
   auto device = select_device(s.rank, s.local_rank);
   if (!device) return device.error();
   auto id = exchange_nccl_id(
@@ -274,12 +273,12 @@ Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) 
   std::memcpy(uid.internal, id->data(), kNcclIdBytes);
   ncclComm_t comm = nullptr;
   if (ncclResult_t r = ncclCommInitRank(&comm, s.size, uid, s.rank); r != ncclSuccess)
-    return nccl_error(who + "ncclCommInitRank on device " + std::to_string(*device), r);
+    return nccl_error("ncclCommInitRank on device " + std::to_string(*device), r);
   cudaStream_t stream = nullptr;
   // A blocking stream: ordered after the legacy default stream's queued work.
   if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
     ncclCommDestroy(comm);
-    return cuda_error(who + "cudaStreamCreate", e);
+    return cuda_error("cudaStreamCreate", e);
   }
   return std::unique_ptr<GpuCollectives>(new NcclCollectives(s, *device, comm, stream));
 }

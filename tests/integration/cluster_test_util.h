@@ -3,7 +3,9 @@
 // cluster_test.cc), hvdrun run with their HOME, and what is left running on them.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,6 +47,12 @@ class Cluster : public ::testing::Environment {
       skip_ = "needs /usr/sbin/sshd (openssh-server)";
       return;
     }
+    // One user of the test hosts at a time on this machine (their names and subnet are
+    // fixed): another ctest run, the chaos driver and the Horovod tests take the same lock.
+    if (!take_cluster_lock(200)) {
+      failed_ = "the cluster lock /tmp/hvdrun-cluster.lock was held by another run for 200 s";
+      return;
+    }
     dir_ = make_temp_dir();
     auto o = run({"timeout", "60", kCluster, "up", dir_, std::to_string(kHosts)}, 70);
     if (o.exit_code != 0) failed_ = "cluster.sh up failed: " + o.err;  // root with sshd: it must come up
@@ -59,6 +67,8 @@ class Cluster : public ::testing::Environment {
       run({"timeout", "60", kCluster, "down", dir_}, 70);
       std::filesystem::remove_all(dir_);
     }
+    if (lock_fd_ >= 0) close(lock_fd_);  // releases the lock
+    lock_fd_ = -1;
   }
   static const std::string& skip() { return skip_; }
   static const std::string& failed() { return failed_; }
@@ -67,6 +77,17 @@ class Cluster : public ::testing::Environment {
   static const std::string& netns(const std::string& host) { return netns_[host]; }
 
  private:
+  static bool take_cluster_lock(int seconds) {
+    lock_fd_ = open("/tmp/hvdrun-cluster.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0) return false;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a lock, not ordering events
+    }
+    return true;
+  }
+  static inline int lock_fd_ = -1;
   static inline std::string skip_, failed_, dir_;
   static inline std::map<std::string, std::string> netns_;
 };

@@ -1,6 +1,6 @@
 // LocalAgent's decisions: whom a failure, a silence or a lost peer blames, and what a
 // signal to hvdrun (or relayed to an agent) does. The loop and the process mechanics are
-// in agent.cc; the tests run these on a fake ProcessRunner (tests/launcher/agent_test.cc).
+// in agent.cc; the tests run these on a fake ProcessRunner (tests/launcher/agent_policy_test.cc).
 #include <signal.h>
 #include <sys/wait.h>
 

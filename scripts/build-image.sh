@@ -4,7 +4,12 @@
 # imported (no image registry is needed). The base's tarball is cached under
 # ~/.cache/hvdrun/ and the base image kept in buildah's storage; both are made once.
 #   IMAGE (default localhost/hvdrun:latest) names the image; prints its size.
+# --deb FILE: install that package (scripts/package-deb.sh's, made on Debian 12) instead of
+# compiling hvdrun again: a build context named `build` holding dist/FILE stands in for the
+# Dockerfile's build stage, which buildah then skips.
 set -euo pipefail
+deb=
+if [ "${1:-}" = --deb ]; then deb=$(realpath "$2"); [ -f "$deb" ] || { echo "build-image: no package at $2" >&2; exit 1; }; fi
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-localhost/hvdrun:latest}
 BASE_IMAGE=localhost/hvdrun-base:debian12-torch
@@ -25,5 +30,12 @@ if ! buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
   buildah commit -q "$ctr" "$BASE_IMAGE" >/dev/null
   buildah rm "$ctr" >/dev/null
 fi
-buildah build --isolation chroot --layers --build-arg BASE="$BASE_IMAGE" -f docker/Dockerfile -t "$IMAGE" .
+from=()
+if [ -n "$deb" ]; then
+  stage=$(mktemp -d /tmp/hvdrun-image-deb.XXXXXX)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir "$stage/dist" && cp "$deb" "$stage/dist/"
+  from=(--build-context build="$stage")
+fi
+buildah build --isolation chroot --layers --build-arg BASE="$BASE_IMAGE" "${from[@]}" -f docker/Dockerfile -t "$IMAGE" .
 buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' "$IMAGE"

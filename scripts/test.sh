@@ -18,8 +18,9 @@ if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # "process" = the real hvdrun with real workers, "gpu" = device collectives (skipped
   # without a GPU), "cluster" = jobs across netns sshd hosts (root), "chaos" = 500 seeded
   # fault trials (tests/chaos/chaos, ~5 min; in the main build above only), "package" = the
-  # .deb on an mmdebstrap Debian 12 root and the image as two cluster nodes (in the main
-  # build only; the roots are made once under ~/.cache/hvdrun/). ASan/UBSan and
+  # .deb (compiled once) on an mmdebstrap Debian 12 root and the image made from that .deb
+  # as two cluster nodes (in the main build only; the roots are made once under
+  # ~/.cache/hvdrun/). ASan/UBSan and
   # TSan run all but gpu and chaos. The sanitizer builds are
   # the builds without CUDA (HVDRUN_WITH_CUDA=OFF); the main build takes CUDA and NCCL when
   # they are installed: CI builds both ways.

@@ -85,61 +85,78 @@ Status Runtime::init() {
   if (initialized_) return {};
   if (auto s = check_tunables(TunableUse::kWorker); !s) return with_kind(s.error(), ErrorKind::kInvalidArgument);
   auto addr = tunable_if_set("HVDRUN_RENDEZVOUS_ADDR");
-  if (!addr) {
-    // Not started by hvdrun: a job of one, as Horovod does.
-    {
-      std::lock_guard<std::mutex> lk(view_mu_);
-      view_ = RankView{};
-    }
-    if (auto s = connect_ring(); !s) return s;
-    if (auto s = start_engine(); !s) return s;
-    owner_pid_ = getpid();
-    initialized_ = true;
-    return {};
-  }
+  if (!addr) return init_alone();
   auto view = rank_view_from_env([](const char* n) { return tunable_if_set(n); });
   if (!view) return view.error();
+  if (auto s = register_rank(*addr, *view); !s) return s;
+  return bring_up();
+}
+
+// Not started by hvdrun: a job of one, as Horovod does.
+Status Runtime::init_alone() {
+  {
+    std::lock_guard<std::mutex> lk(view_mu_);
+    view_ = RankView{};
+  }
+  if (auto s = connect_ring(); !s) return s;
+  if (auto s = start_engine(); !s) return s;
+  owner_pid_ = getpid();
+  initialized_ = true;
+  return {};
+}
+
+// The data plane listens on the interface hvdrun chose, else on the address the
+// rendezvous connection leaves from (which the other hosts can route to).
+Result<transport::Listener> Runtime::listen_data_plane(const rdv::Client& client, int rank) {
+  std::string iface = tunable_string("HVDRUN_IFACE");
+  std::string advertise = client.local_address();
+  if (!iface.empty()) {
+    auto a = interface_address(iface);
+    if (!a) return as_rank(ErrorKind::kInvalidArgument, rank, a.error());
+    advertise = *a;
+  }
+  auto listener = transport::listen_tcp(iface.empty() ? "" : advertise, advertise);
+  if (!listener) return as_rank(ErrorKind::kInternal, rank, listener.error());
+  return listener;
+}
+
+// Connects to hvdrun's rendezvous, registers this rank's data-plane address and takes its
+// ring neighbours: the state a job's rank keeps until hvd_shutdown.
+Status Runtime::register_rank(const std::string& addr, const RankView& view) {
   auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
   if (!port) return with_kind(port.error(), ErrorKind::kRendezvous);
   auto secret = rdv::secret_from_hex(tunable_string("HVDRUN_SECRET"));
   if (!secret) return with_kind(secret.error(), ErrorKind::kAuth);
   double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
-  auto deadline = deadline_in(start_timeout);
-
-  auto client = rdv::Client::connect(*addr, static_cast<int>(*port), *secret, deadline);
+  auto client = rdv::Client::connect(addr, static_cast<int>(*port), *secret, deadline_in(start_timeout));
   if (!client) {
     const ErrorKind kind = client.error().kind == ErrorKind::kAuth ? ErrorKind::kAuth : ErrorKind::kRendezvous;
-    return as_rank(kind, view->rank, client.error());
+    return as_rank(kind, view.rank, client.error());
   }
-  // The data plane listens on the interface hvdrun chose, else on the address the
-  // rendezvous connection leaves from (which the other hosts can route to).
-  std::string iface = tunable_string("HVDRUN_IFACE");
-  std::string advertise = client->local_address();
-  if (!iface.empty()) {
-    auto a = interface_address(iface);
-    if (!a) return as_rank(ErrorKind::kInvalidArgument, view->rank, a.error());
-    advertise = *a;
-  }
-  auto listener = transport::listen_tcp(iface.empty() ? "" : advertise, advertise);
-  if (!listener) return as_rank(ErrorKind::kInternal, view->rank, listener.error());
-
+  auto listener = listen_data_plane(*client, view.rank);
+  if (!listener) return listener.error();
   // hvdrun owns the start time-out and names the missing ranks when it passes (its clock
   // may restart at the first registration): wait longer than it, so that its message wins.
-  rdv::RegisterRequest req{view->rank, view->size, view->host, listener->addr, listener->port};
+  rdv::RegisterRequest req{view.rank, view.size, view.host, listener->addr, listener->port};
   auto reg = client->register_rank(req, deadline_in(2 * start_timeout + 10));
   if (!reg) {
     const ErrorKind kind = reg.error().kind == ErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kRendezvous;
-    return as_rank(kind, view->rank, reg.error());
+    return as_rank(kind, view.rank, reg.error());
   }
   {
     std::lock_guard<std::mutex> lk(view_mu_);
-    view_ = *view;
+    view_ = view;
   }
   secret_ = *secret;
   client_.emplace(std::move(*client));
   peer_hosts_.clear();  // another job's, after hvd_shutdown
   listener_ = std::move(*listener);
   ring_ = *reg;
+  return {};
+}
+
+// Once registered: the ring, the device (with HVDRUN_NCCL_EAGER), the engine.
+Status Runtime::bring_up() {
   if (auto s = connect_ring(); !s) {
     client_.reset();
     return s;
@@ -194,15 +211,7 @@ Status Runtime::connect_ring() {
     ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);
     return {};
   }
-  transport::PairOptions po;
-  po.secret = secret_;
-  po.self_rank = view_.rank;
-  po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
-  po.self_host = view_.host;
-  po.shm_accept = tunable_string("HVDRUN_SHM") != "0";
-  po.shm_ring_bytes = po.shm_accept ? static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SHM_RING_BYTES"))) : 0;
-  po.shm_single_copy_bytes = static_cast<size_t>(tunable_int("HVDRUN_SHM_SINGLE_COPY_BYTES"));
-  po.deadline = deadline_in(ro.timeout_s);
+  transport::PairOptions po = pair_options(ro.timeout_s);
   // Connect to the right while accepting from the left: every rank does both at once.
   Result<transport::Pair> right = make_error(ErrorKind::kInternal, "not connected");
   std::thread connector([&] { right = transport::connect_pair(peer_address(ring_.right), po); });
@@ -214,6 +223,37 @@ Status Runtime::connect_ring() {
   spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank, to, ring_.left.rank,
                 left->is_shm() ? "shared memory" : "TCP");
   ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
+  report_ring_failures();
+  if (view_.local_size == view_.size && po.shm_accept) {
+    if (auto s = attach_host_segment(); !s) return s;
+  }
+  auto wanted = hierarchy_from_tunables();
+  if (!wanted) return as_rank(ErrorKind::kInvalidArgument, view_.rank, wanted.error());
+  // Several hosts (every rank of such a job sees local_size < size): look at the layout.
+  if (wanted->any() && view_.local_size < view_.size && client_) {
+    RendezvousStore store(&*client_);
+    HierarchySetup hs{&store, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
+    if (auto s = attach_hierarchy(*ring_comm_, hs, *wanted); !s) return s;
+  }
+  return {};
+}
+
+transport::PairOptions Runtime::pair_options(double timeout_s) const {
+  transport::PairOptions po;
+  po.secret = secret_;
+  po.self_rank = view_.rank;
+  po.buffer_bytes = static_cast<int>(tunable_int("HVDRUN_SOCKET_BUFFER"));
+  po.self_host = view_.host;
+  po.shm_accept = tunable_string("HVDRUN_SHM") != "0";
+  po.shm_ring_bytes = po.shm_accept ? static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SHM_RING_BYTES"))) : 0;
+  po.shm_single_copy_bytes = static_cast<size_t>(tunable_int("HVDRUN_SHM_SINGLE_COPY_BYTES"));
+  po.deadline = deadline_in(timeout_s);
+  return po;
+}
+
+// What the ring tells hvdrun when it fails: the fatal error, the neighbour it waited on,
+// the peer whose connection closed.
+void Runtime::report_ring_failures() {
   ring_comm_->on_fatal = [this](const Error& e) {
     // A time-out names the neighbour it waited on, which may itself be waiting: hvdrun
     // weighs every rank's report to name the one that stalled the ring.
@@ -227,25 +267,18 @@ Status Runtime::connect_ring() {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (client_) (void)client_->set(rdv::kLostKeyPrefix + std::to_string(view_.rank), std::to_string(peer), 5);
   };
-  // Every rank on this host: allreduces through the host's shared segment (shm_allreduce.cc).
-  if (view_.local_size == view_.size && po.shm_accept) {
-    size_t max_bytes = shm_allreduce_bytes(view_.size);
-    std::string why;
-    auto attached = max_bytes ? ring_comm_->attach_group(view_.host, max_bytes, &why) : Result<bool>(false);
-    if (!attached) return as_rank(ErrorKind::kPeerLost, view_.rank, attached.error());
-    if (*attached)
-      spdlog::debug("rank {}: allreduces of at most {} bytes through this host's shared segment", view_.rank, max_bytes);
-    else if (max_bytes)
-      spdlog::debug("rank {}: no shared segment for allreduces ({}): the ring carries them", view_.rank, why);
-  }
-  auto wanted = hierarchy_from_tunables();
-  if (!wanted) return as_rank(ErrorKind::kInvalidArgument, view_.rank, wanted.error());
-  // Several hosts (every rank of such a job sees local_size < size): look at the layout.
-  if (wanted->any() && view_.local_size < view_.size && client_) {
-    RendezvousStore store(&*client_);
-    HierarchySetup hs{&store, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
-    if (auto s = attach_hierarchy(*ring_comm_, hs, *wanted); !s) return s;
-  }
+}
+
+// Every rank on this host: allreduces through the host's shared segment (shm_allreduce.cc).
+Status Runtime::attach_host_segment() {
+  size_t max_bytes = shm_allreduce_bytes(view_.size);
+  std::string why;
+  auto attached = max_bytes ? ring_comm_->attach_group(view_.host, max_bytes, &why) : Result<bool>(false);
+  if (!attached) return as_rank(ErrorKind::kPeerLost, view_.rank, attached.error());
+  if (*attached)
+    spdlog::debug("rank {}: allreduces of at most {} bytes through this host's shared segment", view_.rank, max_bytes);
+  else if (max_bytes)
+    spdlog::debug("rank {}: no shared segment for allreduces ({}): the ring carries them", view_.rank, why);
   return {};
 }
 

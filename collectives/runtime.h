@@ -141,7 +141,14 @@ class Runtime {
   std::mutex blocking_mu_;
   // By kind (never erased): each kind's name and turns, guarded by blocking_mu_.
   std::map<std::string, BlockingTurns, std::less<>> blocking_turns_;
+  Status init_alone();
+  Status register_rank(const std::string& addr, const RankView& view);
+  Result<transport::Listener> listen_data_plane(const rdv::Client& client, int rank);
+  Status bring_up();
   Status connect_ring();
+  transport::PairOptions pair_options(double timeout_s) const;
+  void report_ring_failures();
+  Status attach_host_segment();
   Status start_engine();
   Status ensure_gpu();
   Result<std::shared_ptr<Engine>> engine(const char* what);

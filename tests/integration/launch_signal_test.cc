@@ -65,7 +65,10 @@ INSTANTIATE_TEST_SUITE_P(IntTerm, LaunchSignal, ::testing::Values(SIGINT, SIGTER
 // and not taken for a second interrupt: rank 1's SIGTERM handler (a checkpoint) runs to
 // its end. It was SIGKILLed, and nothing said Slurm had ended the job. Here the ranks run
 // under hvdrun itself, or under an agent (a launch command); a copy of bash named
-// slurmstepd sends the signals and stays (hvdrun reads the sender's name from /proc).
+// slurmstepd sends the signals and stays, under that name, for the rest of the test
+// (hvdrun reads the sender's name from /proc when it handles the signal: a sender that
+// had exec'd `sleep` by then, as bash does with the last command of `-c`, was taken for
+// the user's second interrupt, and the ranks were SIGKILLed: 1 run in 4).
 class LaunchSlurmSignal : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LaunchSlurmSignal, DuringATeardownIsSaidOnceAndNotEscalated) {
@@ -73,10 +76,13 @@ TEST_P(LaunchSlurmSignal, DuringATeardownIsSaidOnceAndNotEscalated) {
   std::string dir = make_temp_dir();
   std::string stepd = dir + "/slurmstepd";
   std::filesystem::copy_file("/bin/bash", stepd);
+  std::filesystem::create_directory(dir + "/stay");
+  std::filesystem::copy_file("/bin/sleep", dir + "/stay/slurmstepd");  // sleeps under the same name
   std::vector<std::unique_ptr<Process>> senders;
   auto slurm_kill = [&](pid_t pid) {
     senders.push_back(std::make_unique<Process>(
-        std::vector<std::string>{stepd, "-c", "kill -TERM " + std::to_string(pid) + " && touch " + dir + "/sent; sleep 30"}));
+        std::vector<std::string>{stepd, "-c", "kill -TERM " + std::to_string(pid) + " && touch " + dir + "/sent; exec " + dir +
+                                     "/stay/slurmstepd 30"}));
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!std::filesystem::exists(dir + "/sent") && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -181,19 +181,12 @@ void LocalAgent::apply(Request& r) {
   }
 }
 
-// Rank 0's stdin relayed from hvdrun's terminal (the worker is in another process group
-// and may not read the tty): the loop reads hvdrun's stdin and writes it to a pipe.
-struct LocalAgent::StdinRelay {
-  UniqueFd in, out;     // in: what rank 0 reads; out: our write end (non-blocking)
-  std::string pending;  // read from hvdrun's stdin, not yet written
-  bool open = false;
-};
-
 AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
   UniqueFd sigfd = runner_.open_signals();
-  StdinRelay relay;
-  spawn_workers(launches, rank0_stdin(relay));
-  relay.in.reset();
+  PipeStdinSink rank0_pipe;
+  std::optional<StdinRelay> relay;
+  spawn_workers(launches, rank0_stdin(rank0_pipe, relay));
+  rank0_pipe.close_read_end();
   std::optional<double> drain_deadline;
   while (true) {
     bool all_exited = look_at_ends();
@@ -210,17 +203,18 @@ AgentResult LocalAgent::run(std::vector<WorkerLaunch> launches) {
 }
 
 // Rank 0's stdin: hvdrun's own when it is a file or pipe; relayed through a pipe when it
-// is our terminal. -1: none (/dev/null).
-int LocalAgent::rank0_stdin(StdinRelay& relay) {
+// is our terminal (the worker is in another process group and may not read the tty); -1:
+// none (/dev/null). A remote rank 0's is relayed to its host (relay_stdin_to).
+int LocalAgent::rank0_stdin(PipeStdinSink& pipe, std::optional<StdinRelay>& relay) {
+  if (remote_stdin_) {
+    relay.emplace(stdin_input_, *remote_stdin_);
+    return -1;
+  }
   if (opts_.rank0_stdin_fd >= 0 || !opts_.stdin_to_rank0 || !stdin_is_ours_to_read()) return opts_.rank0_stdin_fd;
   if (!isatty(0)) return 0;
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return -1;
-  relay.in.reset(p[0]);
-  relay.out.reset(p[1]);
-  fcntl(relay.out.get(), F_SETFL, O_NONBLOCK);
-  relay.open = true;
-  return relay.in.get();
+  if (!pipe.open()) return -1;
+  relay.emplace(0, pipe);
+  return pipe.read_end();
 }
 
 void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin) {
@@ -329,13 +323,13 @@ int LocalAgent::wait_ms(bool congested, bool all_exited, const std::optional<dou
 
 // One wait on the signalfd, the control pipe, the stdin relay and the workers' pipes, and
 // what came. False when waiting failed.
-bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
+bool LocalAgent::wait_and_handle(int sigfd, std::optional<StdinRelay>& relay, bool all_exited,
                                  const std::optional<double>& drain_deadline) {
   std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {control_rd_.get(), POLLIN, 0}};
   int relay_idx = -1;
-  if (relay.open && relay.out.valid()) {
+  if (auto want = relay ? relay->wants() : std::nullopt) {
     relay_idx = static_cast<int>(pfds.size());
-    pfds.push_back(relay.pending.empty() ? pollfd{0, POLLIN, 0} : pollfd{relay.out.get(), POLLOUT, 0});
+    pfds.push_back(*want);
   }
   std::vector<std::pair<Worker*, int>> pipe_of;  // pfds index - first_pipe -> (worker, stream)
   size_t first_pipe = pfds.size();
@@ -357,7 +351,7 @@ bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
     }
     take_requests();
   }
-  if (relay_idx >= 0) relay_stdin(relay, pfds[relay_idx].revents);
+  if (relay) relay->step(relay_idx >= 0 ? pfds[relay_idx].revents : 0);
   for (size_t i = 0; i < pipe_of.size(); ++i)
     if (pfds[first_pipe + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
   return true;
@@ -365,30 +359,6 @@ bool LocalAgent::wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited,
 
 void LocalAgent::read_signals(int sigfd) {
   for (auto [sig, sender] : runner_.read_signals(sigfd)) handle_signal(sig, false, sender);
-}
-
-// hvdrun's stdin read (nothing pending) or written to rank 0's pipe (something pending).
-void LocalAgent::relay_stdin(StdinRelay& relay, short revents) {
-  if (relay.pending.empty()) {
-    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
-    char in[4096];
-    ssize_t r = read(0, in, sizeof in);
-    if (r > 0) {
-      relay.pending.assign(in, static_cast<size_t>(r));
-    } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-      relay.open = false;
-      relay.out.reset();
-    }
-    return;
-  }
-  if (!(revents & (POLLOUT | POLLERR | POLLHUP))) return;
-  ssize_t r = write(relay.out.get(), relay.pending.data(), relay.pending.size());
-  if (r > 0) {
-    relay.pending.erase(0, static_cast<size_t>(r));
-  } else if (r < 0 && errno != EAGAIN && errno != EINTR) {
-    relay.open = false;  // rank 0 closed its stdin
-    relay.out.reset();
-  }
 }
 
 void LocalAgent::read_output(Worker& w, int s) {

@@ -22,6 +22,7 @@
 #include "launcher/output_sink.h"
 #include "launcher/process_runner.h"
 #include "launcher/spawn.h"
+#include "launcher/stdin_relay.h"
 #include "launcher/watchdog.h"
 
 namespace hvdrun {
@@ -86,6 +87,12 @@ class LocalAgent {
   void set_rank_hosts(const std::vector<std::string>* hosts) { rank_hosts_ = hosts; }
   // Hosts whose workers run elsewhere: signalled with the local groups, waited for.
   void set_remotes(std::vector<RemoteControl*> remotes) { remotes_ = std::move(remotes); }
+  // Rank 0 runs on another host: the loop relays `input` (hvdrun's stdin) to `sink`, its
+  // host's stdin queue, instead of to a local rank 0.
+  void relay_stdin_to(StdinSink* sink, int input = 0) {
+    remote_stdin_ = sink;
+    stdin_input_ = input;
+  }
 
   // Thread-safe: tear the job down, report `message` and exit with `exit_code`.
   void request_teardown(std::string message, int exit_code);
@@ -134,16 +141,14 @@ class LocalAgent {
   bool any_group_alive();
   void forget_ended_groups();
   // The parts of run().
-  struct StdinRelay;
-  int rank0_stdin(StdinRelay& relay);
+  int rank0_stdin(PipeStdinSink& pipe, std::optional<StdinRelay>& relay);
   void spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_stdin);
   bool look_at_ends();
   bool job_over(std::optional<double>& drain_deadline);
   bool end_adopted();
   int wait_ms(bool congested, bool all_exited, const std::optional<double>& drain_deadline);
-  bool wait_and_handle(int sigfd, StdinRelay& relay, bool all_exited, const std::optional<double>& drain_deadline);
+  bool wait_and_handle(int sigfd, std::optional<StdinRelay>& relay, bool all_exited, const std::optional<double>& drain_deadline);
   void read_signals(int sigfd);
-  void relay_stdin(StdinRelay& relay, short revents);
   void read_output(Worker& w, int stream);
   void finish();
 
@@ -183,6 +188,8 @@ class LocalAgent {
   std::vector<Request> requests_;  // under control_mu_
   std::vector<RemoteControl*> remotes_;
   const std::vector<std::string>* rank_hosts_ = nullptr;
+  StdinSink* remote_stdin_ = nullptr;  // a remote rank 0's (relay_stdin_to)
+  int stdin_input_ = 0;
 
   bool tearing_down_ = false;
   bool killed_ = false;

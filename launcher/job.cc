@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include <csignal>
 #include <cstdlib>
@@ -110,40 +109,6 @@ int fail_all(const std::vector<Error>& errors, size_t hosts, const std::string& 
                what.c_str());
   // The first host's kind decides.
   return exit_code_for(errors.front());
-}
-
-// hvdrun's stdin, read on a thread of its own, to `host`'s rank 0 (nullptr: nowhere, and
-// no thread). The pump may outlive the job (blocked in read(0)): it reaches the host only
-// through the target returned, which is cleared before the hosts go away.
-struct StdinTarget {
-  std::mutex mu;
-  RemoteHost* host = nullptr;
-  void send(std::string data) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (host) host->send_stdin(std::move(data));
-  }
-  void clear() {
-    std::lock_guard<std::mutex> lk(mu);
-    host = nullptr;
-  }
-};
-
-std::shared_ptr<StdinTarget> relay_stdin_to(RemoteHost* host) {
-  auto stdin_target = std::make_shared<StdinTarget>();
-  if (host) {
-    stdin_target->host = host;
-    std::thread([stdin_target] {
-      char buf[65536];
-      while (true) {
-        ssize_t n = ::read(0, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        stdin_target->send(std::string(buf, static_cast<size_t>(n)));
-      }
-      stdin_target->send("");
-    }).detach();
-  }
-  return stdin_target;
 }
 
 }  // namespace
@@ -542,10 +507,9 @@ int JobRun::run_the_workers() {
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
   for (auto& r : remotes) r->start(agent, *job_sink);
-  auto stdin_target = relay_stdin_to(stdin_host);
+  if (stdin_host) agent.relay_stdin_to(stdin_host);
   AgentResult res = agent.run(std::move(launches));
   for (auto& r : remotes) r->join();
-  stdin_target->clear();
   remotes.clear();
   server->reset();
   return res.exit_code;

@@ -130,6 +130,7 @@ Status RemoteHost::prepare(const AgentJob& job) {
 }
 
 void RemoteHost::start(LocalAgent& agent, OutputSink& sink) {
+  agent_ = &agent;
   thread_ = std::thread([this, &agent, &sink] {
     relay(agent, sink);
     {
@@ -308,28 +309,24 @@ void RemoteHost::close() { link_.reset(); }
 // As much of the queued input as the link takes without blocking: a rank 0 that stops
 // reading (or an agent that has ended) must never stall this thread, which also reads. And
 // no more than kStdinWindow bytes that rank 0 has not taken yet (kStdinTaken): the rest
-// waits here, within send_stdin's bound, not in the agent's memory.
+// waits here, within take()'s bound, not in the agent's memory.
 void RemoteHost::send_queued_stdin() {
   constexpr size_t kHeader = 5;  // u32 length | u8 type
   if (stdin_closed_) {  // rank 0's stdin is closed: what comes is read and dropped, as locally
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stdin_.clear();
-      stdin_bytes_ = 0;
-    }
-    stdin_cv_.notify_all();
-    return;
+    std::lock_guard<std::mutex> lk(mu_);
+    stdin_.clear();
+    stdin_bytes_ = 0;
   }
-  while (true) {
+  while (!stdin_closed_) {
     size_t room = link_->write_room();
-    if (room <= kHeader) return;
+    if (room <= kHeader) break;
     size_t window = agentwire::kStdinWindow - std::min<uint64_t>(stdin_in_flight_, agentwire::kStdinWindow);
     std::string frame;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (stdin_.empty()) return;
+      if (stdin_.empty()) break;
       std::string& front = stdin_.front();
-      if (!front.empty() && window == 0) return;  // (an empty chunk, the end, always goes)
+      if (!front.empty() && window == 0) break;  // (an empty chunk, the end, always goes)
       size_t n = std::min({front.size(), room - kHeader, window});  // an empty chunk is the end of input
       frame = agentwire::encode(Type::kStdin, std::string_view(front).substr(0, n));
       front.erase(0, n);
@@ -337,16 +334,36 @@ void RemoteHost::send_queued_stdin() {
       stdin_in_flight_ += n;
       if (front.empty()) stdin_.pop_front();
     }
-    stdin_cv_.notify_all();
-    if (!link_->write(frame)) return;
+    if (!link_->write(frame)) break;
   }
+  wake_stdin_relay();
 }
 
-void RemoteHost::send_stdin(std::string data) {
-  std::unique_lock<std::mutex> lk(mu_);
-  while (stdin_bytes_ >= (4u << 20) && !finished_) stdin_cv_.wait_for(lk, std::chrono::milliseconds(200));
+// The agent's loop, whose stdin relay found no room in take(), once there is.
+void RemoteHost::wake_stdin_relay() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stdin_refused_ || stdin_bytes_ >= kStdinQueued) return;
+    stdin_refused_ = false;
+  }
+  if (agent_) agent_->wake();
+}
+
+size_t RemoteHost::take(std::string_view data) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (finished_) return data.size();  // the agent has ended: nobody takes it
+  if (stdin_bytes_ >= kStdinQueued) {
+    stdin_refused_ = true;
+    return 0;
+  }
   stdin_bytes_ += data.size();
-  stdin_.push_back(std::move(data));
+  stdin_.emplace_back(data);
+  return data.size();
+}
+
+void RemoteHost::end() {
+  std::lock_guard<std::mutex> lk(mu_);
+  stdin_.emplace_back();
 }
 
 void RemoteHost::signal(int sig) {

@@ -21,6 +21,7 @@
 #include "launcher/agent_wire.h"
 #include "launcher/link_liveness.h"
 #include "launcher/starter.h"
+#include "launcher/stdin_relay.h"
 
 namespace hvdrun {
 
@@ -30,7 +31,8 @@ struct RemoteSettings {
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
 };
 
-class RemoteHost : public RemoteControl {
+// As a StdinSink: hvdrun's stdin for rank 0 on this host (the agent's loop relays it).
+class RemoteHost : public RemoteControl, public StdinSink {
  public:
   // `starter` outlives this host.
   RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter);
@@ -53,9 +55,13 @@ class RemoteHost : public RemoteControl {
   // workers.
   void close();
 
-  // Bytes of hvdrun's stdin for rank 0 on this host ("" ends it). Blocks while more than
-  // a few MiB wait to be sent.
-  void send_stdin(std::string data);
+  // hvdrun's stdin for rank 0 on this host: queued while fewer than kStdinQueued bytes
+  // wait to be sent (else nothing is taken, and the agent is woken once there is room);
+  // dropped once the agent has ended.
+  size_t take(std::string_view data) override;
+  void end() override;
+  bool closed() const override { return false; }  // after rank 0 closed it, dropped here
+  int room_fd() const override { return -1; }
 
   void signal(int sig) override;
   bool finished() const override { return finished_.load(); }
@@ -81,6 +87,7 @@ class RemoteHost : public RemoteControl {
   static constexpr double kAgentExitWait = 5;  // seconds from the agent's kDone to its exit
   std::string lost_contact_message(int seconds) const;
   void send_queued_stdin();
+  void wake_stdin_relay();
 
   std::string host_;
   RemoteSettings settings_;
@@ -95,7 +102,9 @@ class RemoteHost : public RemoteControl {
   std::condition_variable signals_cv_;  // signals_ sent, or finished_
   std::deque<std::string> stdin_;  // to send, under mu_
   size_t stdin_bytes_ = 0;
-  std::condition_variable stdin_cv_;
+  static constexpr size_t kStdinQueued = 4u << 20;
+  bool stdin_refused_ = false;     // under mu_: take() had no room; wake the agent when there is
+  LocalAgent* agent_ = nullptr;   // set by start(), for that wake
   uint64_t stdin_in_flight_ = 0;  // relay thread: stdin sent that rank 0 has not taken yet
   bool stdin_closed_ = false;     // relay thread: rank 0's stdin is closed (the agent said)
   std::atomic<bool> finished_{false};

@@ -152,6 +152,52 @@ TEST(Cluster, StdinReachesARemoteRankZero) {
   EXPECT_NE(o.out.find("[1]<stdout>:rank1 read nothing\n"), std::string::npos) << o.out;
 }
 
+// hvdrun's threads in a read of its stdin (fd 0), from /proc/<pid>/task/*/syscall
+// ("0 0x0 ..." on x86-64); `looked`: how many threads could be looked at.
+static std::vector<std::string> threads_reading_stdin(pid_t pid, int* looked) {
+  std::vector<std::string> found;
+  *looked = 0;
+  std::string task_dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(task_dir, ec)) {
+    std::ifstream f(t.path() / "syscall");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    ++*looked;
+    if (line.rfind("0 0x0 ", 0) == 0) found.push_back(t.path().filename().string() + ": " + line);
+  }
+  return found;
+}
+
+// With rank 0 on another host, hvdrun reads its stdin only when its loop's poll says it is
+// readable: no thread of it waits in read(0), to take a line typed for the shell once
+// hvdrun is in the background, or to outlive the job.
+TEST(Cluster, NoThreadOfHvdrunWaitsInAReadOfItsStdin) {
+  REQUIRE_CLUSTER();
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "reads /proc/<pid>/task/*/syscall with x86-64's syscall numbers";
+#endif
+  std::string dir = make_temp_dir(), fifo = dir + "/stdin";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  int writer = open(fifo.c_str(), O_RDWR | O_CLOEXEC);  // holds it open, writes nothing yet
+  ASSERT_GE(writer, 0);
+  Process p({"sh", "-c", "exec \"$0\" \"$@\" < " + fifo, kHvdrun, "-np", "1", "-H", "h1:1", "sh", "-c",
+             "echo started > " + dir + "/started; cat"},
+            {{"HOME", Cluster::home()}});
+  ASSERT_TRUE(wait_for_lines(dir + "/started", 1, 60));
+  int looked = 0;
+  auto reading = threads_reading_stdin(p.pid(), &looked);
+  ASSERT_EQ(write(writer, "last\n", 5), 5);
+  close(writer);  // the end of the input: rank 0's cat ends, and the job
+  auto o = p.wait(60);
+  ASSERT_FALSE(o.timed_out) << "stdin's end did not reach rank 0";
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "[0]<stdout>:last\n");
+  EXPECT_GT(looked, 1) << "hvdrun's threads could not be looked at";
+  EXPECT_TRUE(reading.empty()) << "hvdrun threads in read(0): " << ::testing::PrintToString(reading);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cluster, HostFileAndOutputFilesWorkForRemoteRanks) {
   REQUIRE_CLUSTER();
   std::string dir = make_temp_dir();

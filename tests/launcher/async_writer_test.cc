@@ -12,22 +12,10 @@
 #include <gtest/gtest.h>
 #include <string>
 
+#include "pipe_pair.h"
+
 namespace hvdrun {
 namespace {
-
-struct Pipe {
-  int rd = -1, wr = -1;
-  Pipe() {
-    int fds[2];
-    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
-    rd = fds[0];
-    wr = fds[1];
-  }
-  ~Pipe() {
-    if (rd >= 0) close(rd);
-    if (wr >= 0) close(wr);
-  }
-};
 
 // Everything until EOF (what came within 10 s, and a note saying so).
 std::string read_to_eof(int fd) {

@@ -3,6 +3,8 @@
 #include "launcher/remote_host.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -282,10 +284,21 @@ class StdinLink : public FakeLink {
 TEST(RemoteHost, StdinBeyondTheWindowWaitsUntilRankZeroTakesIt) {
   Relayed<StdinLink> rh(std::make_unique<StdinLink>());
   ASSERT_TRUE(rh.start());
+  int in[2];  // hvdrun's stdin, relayed by the agent's loop
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  rh.agent.relay_stdin_to(&rh.host, in[0]);
   const size_t window = agentwire::kStdinWindow, chunk = 1 << 20;
-  std::thread pump([&] {  // hvdrun's stdin: three windows' worth
-    for (size_t sent = 0; sent < 3 * window; sent += chunk) rh.host.send_stdin(std::string(chunk, 'x'));
+  std::thread pump([&] {  // three windows' worth
+    std::string data(chunk, 'x');
+    for (size_t sent = 0; sent < 3 * window; sent += chunk)
+      for (size_t off = 0; off < chunk;) {
+        ssize_t n = write(in[1], data.data() + off, chunk - off);
+        if (n <= 0) return;
+        off += static_cast<size_t>(n);
+      }
   });
+  AgentResult r;
+  std::thread loop([&] { r = rh.agent.run({}); });
   // Once `at_least` has been sent, two more turns of the relay's loop: each sends what
   // the window allows before it reads. What has been sent then is all it may send.
   auto settle = [&](size_t at_least) {
@@ -301,12 +314,40 @@ TEST(RemoteHost, StdinBeyondTheWindowWaitsUntilRankZeroTakesIt) {
   rh.fake->say(Type::kStdinTaken, "{\"closed\":true}");  // rank 0 closed its stdin: the rest is dropped
   pump.join();
   rh.fake->say(Type::kDone, "{\"code\":0}");
-  AgentResult r = rh.agent.run({});
+  loop.join();
   rh.host.join();
+  close(in[0]);
+  close(in[1]);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(first, window) << "stdin sent before rank 0 had taken any";
   EXPECT_EQ(second, 2 * window) << "stdin sent once rank 0 had taken one window";
   EXPECT_LE(rh.fake->stdin_bytes.load(), 2 * window) << "stdin sent after rank 0 closed its stdin";
+}
+
+// hvdrun's stdin goes to a remote rank 0 from the agent's loop, and only while it runs:
+// nothing reads it once the job is over (a thread left in read(0) took a line typed for
+// the shell after hvdrun had been put in the background, and outlived the job).
+TEST(RemoteHost, StdinIsReadOnlyWhileTheJobRuns) {
+  Relayed<StdinLink> rh(std::make_unique<StdinLink>());
+  ASSERT_TRUE(rh.start());
+  int in[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  rh.agent.relay_stdin_to(&rh.host, in[0]);
+  ASSERT_EQ(write(in[1], "during\n", 7), 7);
+  AgentResult r;
+  std::thread loop([&] { r = rh.agent.run({}); });
+  rh.fake->wait_until([&] { return rh.fake->stdin_bytes.load() >= 7; });
+  rh.fake->say(Type::kDone, "{\"code\":0}");
+  loop.join();
+  rh.host.join();
+  ASSERT_EQ(write(in[1], "after\n", 6), 6);
+  int unread = -1;
+  EXPECT_EQ(ioctl(in[0], FIONREAD, &unread), 0);
+  close(in[0]);
+  close(in[1]);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(rh.fake->stdin_bytes.load(), 7u);
+  EXPECT_EQ(unread, 6) << "hvdrun's stdin was read after the job";
 }
 
 // After its kDone the agent only exits; hvdrun returns once it has (its output ended), and

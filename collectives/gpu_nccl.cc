@@ -23,6 +23,7 @@ Error nccl_error(const std::string& what, ncclResult_t r, ncclComm_t comm = null
 
 ncclDataType_t nccl_dtype(hvd_dtype_t t) {
   switch (t) {
+    case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: return ncclInt8;
     case HVD_UINT8: return ncclUint8;
     case HVD_INT32: return ncclInt32;
@@ -37,6 +38,7 @@ ncclDataType_t nccl_dtype(hvd_dtype_t t) {
 
 ncclRedOp_t nccl_op(hvd_op_t op) {
   switch (op) {
+    case hvd_op_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_OP_SUM: return ncclSum;
     case HVD_OP_AVERAGE: return ncclAvg;
     case HVD_OP_MIN: return ncclMin;

@@ -38,6 +38,7 @@ HVDRUN_INLINE T mul(T a, T b) {
 template <class T>
 HVDRUN_INLINE void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_op_t op) {
   switch (op) {
+    case hvd_op_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_OP_SUM:
     case HVD_OP_AVERAGE:
       for (size_t i = 0; i < n; ++i) d[i] = add(d[i], s[i]);
@@ -58,6 +59,7 @@ HVDRUN_INLINE void apply(T* __restrict d, const T* __restrict s, size_t n, hvd_o
 template <class T>
 HVDRUN_INLINE void apply3(T* __restrict d, const T* __restrict a, const T* __restrict b, size_t n, hvd_op_t op) {
   switch (op) {
+    case hvd_op_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_OP_SUM:
     case HVD_OP_AVERAGE:
       for (size_t i = 0; i < n; ++i) d[i] = add(a[i], b[i]);
@@ -120,6 +122,7 @@ void divide(T* d, size_t n, double divisor) {
 
 HVDRUN_SIMD_CLONES void reduce_aligned(void* dst, const void* src, size_t n, hvd_dtype_t t, hvd_op_t op) {
   switch (t) {
+    case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: return apply(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
     case HVD_UINT8: return apply(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
     case HVD_INT32: return apply(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
@@ -197,6 +200,7 @@ void scale_down(void* buf, size_t n, hvd_dtype_t t, double divisor) {
 
 size_t dtype_size(hvd_dtype_t t) {
   switch (t) {
+    case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: case HVD_UINT8: return 1;
     case HVD_FLOAT16: case HVD_BFLOAT16: return 2;
     case HVD_INT32: case HVD_FLOAT32: return 4;

@@ -40,11 +40,21 @@ typedef enum hvd_dtype {
   HVD_FLOAT16 = 4,
   HVD_BFLOAT16 = 5,
   HVD_FLOAT32 = 6,
-  HVD_FLOAT64 = 7
+  HVD_FLOAT64 = 7,
+  /* Not a dtype: gives the enum the range of int, so that a bad value a caller passes is
+   * well-defined to check (and refused) on the C++ side of this API. */
+  hvd_dtype_int_range_ = -2147483647 - 1
 } hvd_dtype_t;
 
 /* Integer sums and products wrap around on overflow (two's complement), as MPI's and NCCL's do. */
-typedef enum hvd_op { HVD_OP_SUM = 0, HVD_OP_AVERAGE = 1, HVD_OP_MIN = 2, HVD_OP_MAX = 3, HVD_OP_PRODUCT = 4 } hvd_op_t;
+typedef enum hvd_op {
+  HVD_OP_SUM = 0,
+  HVD_OP_AVERAGE = 1,
+  HVD_OP_MIN = 2,
+  HVD_OP_MAX = 3,
+  HVD_OP_PRODUCT = 4,
+  hvd_op_int_range_ = -2147483647 - 1 /* not an op: the range of int, as for hvd_dtype_t */
+} hvd_op_t;
 
 /* Connects to hvdrun's rendezvous, authenticates, registers and returns when every rank of
  * the job has registered. Calling it again after success is harmless; after hvd_shutdown

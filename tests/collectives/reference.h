@@ -22,6 +22,7 @@ inline double expected_value(size_t i, int n, hvd_op_t op) {
   for (int r = 1; r < n; ++r) {
     double v = input_value(r, i, n, op);
     switch (op) {
+      case hvd_op_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
       case HVD_OP_SUM: case HVD_OP_AVERAGE: acc += v; break;
       case HVD_OP_PRODUCT: acc *= v; break;
       case HVD_OP_MIN: acc = std::min(acc, v); break;
@@ -33,6 +34,7 @@ inline double expected_value(size_t i, int n, hvd_op_t op) {
 
 inline void store(void* buf, size_t i, hvd_dtype_t t, double v) {
   switch (t) {
+    case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
     case HVD_UINT8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
     case HVD_INT32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
@@ -46,6 +48,7 @@ inline void store(void* buf, size_t i, hvd_dtype_t t, double v) {
 
 inline double load(const void* buf, size_t i, hvd_dtype_t t) {
   switch (t) {
+    case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: return static_cast<const int8_t*>(buf)[i];
     case HVD_UINT8: return static_cast<const uint8_t*>(buf)[i];
     case HVD_INT32: return static_cast<const int32_t*>(buf)[i];

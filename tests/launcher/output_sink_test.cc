@@ -1,6 +1,7 @@
 // Where workers' output goes (launcher/output_sink): tagged lines on hvdrun's stdout and
 // stderr (pipes here), and untagged in DIR/rank.N/{stdout,stderr} with --output-filename.
 #include "launcher/output_sink.h"
+#include "pipe_pair.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,32 +17,6 @@
 
 namespace hvdrun {
 namespace {
-
-struct Pipe {
-  int rd = -1, wr = -1;
-  Pipe() {
-    int fds[2];
-    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
-    rd = fds[0];
-    wr = fds[1];
-  }
-  ~Pipe() {
-    if (rd >= 0) close(rd);
-    if (wr >= 0) close(wr);
-  }
-  // What is in the pipe now (the sink was drained), without waiting for more.
-  std::string take() {
-    std::string out;
-    char buf[4096];
-    pollfd p{rd, POLLIN, 0};
-    while (poll(&p, 1, 0) == 1) {
-      ssize_t n = read(rd, buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
-};
 
 struct Dir {
   std::string path = ::testing::TempDir() + "output_sink_test_" + std::to_string(getpid());

@@ -26,9 +26,9 @@ Result<std::vector<std::string>> expand_ranges(std::string_view inner, std::stri
     size_t dash = p.find('-');
     std::string_view lo_s = p.substr(0, dash), hi_s = dash == std::string_view::npos ? lo_s : p.substr(dash + 1);
     if (!all_digits(lo_s) || !all_digits(hi_s))
-      return bad(list, "'" + std::string(p) + "' is not a number or a range N-M");
+      return bad(list, "'" + printable(p) + "' is not a number or a range N-M");
     long lo = std::stol(std::string(lo_s)), hi = std::stol(std::string(hi_s));
-    if (lo > hi) return bad(list, "range '" + std::string(p) + "' goes down");
+    if (lo > hi) return bad(list, "range '" + printable(p) + "' goes down");
     if (static_cast<size_t>(hi - lo) >= max_hosts || out.size() + static_cast<size_t>(hi - lo) >= max_hosts)
       return bad(list, "more than " + std::to_string(max_hosts) + " hosts");
     size_t width = lo_s.size();

@@ -106,6 +106,9 @@ Result<std::vector<int>> parse_tasks_per_node(std::string_view s) {
     }
     if (!all_digits(count) || !all_digits(times)) return fail();
     long c = std::stol(std::string(count)), t = std::stol(std::string(times));
+    if (c > kMaxSlotsPerHost)
+      return make_error(ErrorKind::kUsage, "SLURM_TASKS_PER_NODE '" + printable(s) + "': " + std::string(count) +
+                                               " tasks on one node; at most " + std::to_string(kMaxSlotsPerHost));
     if (c < 1 || t < 1 || out.size() + static_cast<size_t>(t) > (1u << 20)) return fail();
     out.insert(out.end(), static_cast<size_t>(t), static_cast<int>(c));
   }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
+
 namespace hvdrun::slurm {
 namespace {
 
@@ -53,12 +55,13 @@ TEST(SlurmHostlist, BadListsSayWhy) {
       {"n;rm", "unexpected character ';'"},
       {"n[1-99999999]", "more than"},
       {"a[1-1000]b[1-1000]c[1-1000]", "more than"},
+      {"n[3\r-1]", "'3\\x0d-1' is not a number"},  // a control character is shown, not written
   };
   for (const auto& c : cases) {
     auto h = expand_hostlist(c.list, 100000);
     ASSERT_FALSE(h.ok()) << c.list;
     EXPECT_NE(h.error().message.find(c.part), std::string::npos) << h.error().message;
-    EXPECT_NE(h.error().message.find("Slurm host list '" + std::string(c.list) + "'"), std::string::npos);
+    EXPECT_NE(h.error().message.find("Slurm host list '" + hvdrun::printable(c.list) + "'"), std::string::npos);
   }
 }
 
@@ -72,6 +75,10 @@ TEST(SlurmTasksPerNode, Runs) {
     EXPECT_NE(t.error().message.find("SLURM_TASKS_PER_NODE '" + std::string(bad) + "': expected counts like '2(x3),1'"),
               std::string::npos);
   }
+  auto many = parse_tasks_per_node("1,13721111");
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.error().message.find("13721111 tasks on one node; at most 1048576"), std::string::npos)
+      << many.error().message;
 }
 
 TEST(SlurmAllocation, HostsAndSlotsFromTheEnvironment) {

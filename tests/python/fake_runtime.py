@@ -194,14 +194,15 @@ class FakeJob:
                     raise _capi.exception(_capi.ERR_RESET, f"{kind}: the round is being reset (fake)")
 
     def allreduce(self, send: int, recv: int, count: int, dtype: int, op: int) -> None:
-        assert dtype == _capi.INT64 and op in (_capi.OP_MAX, _capi.OP_SUM), (dtype, op)
-        values = list((ctypes.c_int64 * count).from_address(send))
+        ctype = {_capi.INT64: ctypes.c_int64, _capi.FLOAT32: ctypes.c_float, _capi.FLOAT64: ctypes.c_double}[dtype]
+        assert op in (_capi.OP_MAX, _capi.OP_SUM), op
+        values = list((ctype * count).from_address(send))
 
         def combine(contrib: Dict[int, Any]) -> None:
             columns = list(zip(*[v for v, _ in contrib.values()]))
             out = [max(c) if op == _capi.OP_MAX else sum(c) for c in columns]
             for _, r in contrib.values():
-                ctypes.memmove(r, (ctypes.c_int64 * count)(*out), 8 * count)
+                ctypes.memmove(r, (ctype * count)(*out), ctypes.sizeof(ctype) * count)
 
         self._meet("allreduce", count, (values, recv), combine)
 

@@ -102,23 +102,28 @@ def sync_parts(parts: Sequence[SyncPart], has_state: bool) -> int:
     by_tensor, whole = [], []
     for i, p in enumerate(parts):
         struct_same, content_same = hi[2 * i] == lo[2 * i], hi[2 * i + 1] == lo[2 * i + 1]
-        if struct_same and content_same:
-            continue
-        (by_tensor if struct_same and p.has_tensors else whole).append(p)
+        if not (struct_same and content_same):
+            (by_tensor if struct_same and p.has_tensors else whole).append(p)
     if by_tensor:
-        lists = [p.tensor_digests() for p in by_tensor]
-        dhi, dlo = agree([d for ds in lists for d in ds])
-        start = 0
-        for p, ds in zip(by_tensor, lists):
-            differ = [k for k in range(len(ds)) if dhi[start + k] != dlo[start + k]]
-            start += len(ds)
-            if differ:
-                p.broadcast_tensors(differ, root)
+        _send_differing_tensors(by_tensor, root)
     for p in whole:
         p.sync_full(root)
     for p in parts:
         p.after_sync()
     return root
+
+
+def _send_differing_tensors(parts: Sequence[SyncPart], root: int) -> None:
+    """One allreduce of the parts' per-tensor digests, then the broadcasts of the tensors
+    whose digests differ somewhere."""
+    lists = [p.tensor_digests() for p in parts]
+    hi, lo = agree([d for ds in lists for d in ds])
+    start = 0
+    for p, ds in zip(parts, lists):
+        differ = [k for k in range(len(ds)) if hi[start + k] != lo[start + k]]
+        start += len(ds)
+        if differ:
+            p.broadcast_tensors(differ, root)
 
 
 class _HostMessages:

@@ -181,6 +181,14 @@ def reset() -> None:
     _capi.init()
 
 
+def elastic_worker(job: FakeJob, train: Any, recs: Dict[str, Recorder], **state: Any) -> Any:
+    """A worker's body: init, then run_fn(train) on a recorded ObjectState(**state)."""
+    def worker() -> Any:
+        _capi.init()
+        return elastic.run_fn(train, reset)(recorded_state(recs[job.local.wid], **state))
+    return worker
+
+
 def test_a_failed_round_restores_the_commit_and_goes_on_at_the_new_size(job3: FakeJob) -> None:
     recs = {w: Recorder() for w in "abc"}
 
@@ -196,11 +204,7 @@ def test_a_failed_round_restores_the_commit_and_goes_on_at_the_new_size(job3: Fa
                 state.commit()
         return state.batch
 
-    def worker() -> Any:
-        _capi.init()
-        return elastic.run_fn(train, reset)(recorded_state(recs[job3.local.wid], batch=0))
-
-    out = run_workers(job3, {w: worker for w in "abc"})
+    out = run_workers(job3, {w: elastic_worker(job3, train, recs, batch=0) for w in "abc"})
     assert out == {"a": ("returned", 6), "b": ("returned", 6), "c": ("killed", None)}, out
     for w in "ab":  # back to the commit at batch 3, at size 2
         assert recs[w].entries == [(0, "ab".index(w), 3), (3, "ab".index(w), 2)], recs[w].entries
@@ -229,11 +233,7 @@ def test_a_change_of_hosts_resets_without_restore_and_syncs_unless_only_removed(
             state.commit()
         return state.batch
 
-    def worker() -> Any:
-        _capi.init()
-        return elastic.run_fn(train, reset)(recorded_state(recs[job3.local.wid], batch=0))
-
-    out = run_workers(job3, {w: worker for w in "abc"})
+    out = run_workers(job3, {w: elastic_worker(job3, train, recs, batch=0) for w in "abc"})
     assert out == {"a": ("returned", 4), "b": ("returned", 4), "c": ("exit", 0)}, out
     for w in "ab":
         assert recs[w].entries == [(0, 3), (2, 2)], recs[w].entries
@@ -260,16 +260,9 @@ def test_survivors_that_saw_only_removals_still_sync_a_worker_that_joined(monkey
             state.commit()
         return state.batch, elastic.rank()
 
-    def worker() -> Any:
-        _capi.init()
-        return elastic.run_fn(train, reset)(recorded_state(recs[job.local.wid], batch=0))
-
-    def new_worker() -> Any:
-        _capi.init()
-        return elastic.run_fn(train, reset)(recorded_state(recs["d"], batch=0))
-
+    new_worker = elastic_worker(job, train, recs, batch=0)
     for w in "abc":
-        job.spawn(w, worker)
+        job.spawn(w, new_worker)
     out = job.join()
     assert out == {"a": ("returned", (4, 0)), "b": ("returned", (4, 1)), "c": ("exit", 0),
                    "d": ("returned", (4, 2))}, out
@@ -316,11 +309,7 @@ def test_init_retries_a_reset_round_and_ends_the_loop_on_another_failure(monkeyp
         job.fail_round()
         elastic.allreduce_max([0])
 
-    def worker() -> Any:
-        _capi.init()
-        return elastic.run_fn(train, reset)(recorded_state(rec, batch=0))
-
-    out = run_workers(job, {"a": worker})
+    out = run_workers(job, {"a": elastic_worker(job, train, {"a": rec}, batch=0)})
     kind, err = out["a"]
     assert kind == "raised" and isinstance(err, HorovodInternalError) and err.code == _capi.ERR_RENDEZVOUS, out
     # inits: 1 start, 2 RESET then 3 joined, 4 RESET then 5 refused
@@ -357,10 +346,6 @@ def test_outside_an_elastic_job_and_for_wrong_calls_errors_are_raised_not_recove
             rec.entries.append(1)
             raise error
 
-        def worker() -> Any:
-            _capi.init()
-            return elastic.run_fn(train, reset)(recorded_state(rec, x=0))
-
-        out = run_workers(job, {"a": worker})
+        out = run_workers(job, {"a": elastic_worker(job, train, {"a": rec}, x=0)})
         assert out["a"] == ("raised", error) and rec.entries == [1] and rec.restores == 0, out
         assert job.workers["a"].inits == 1

@@ -263,6 +263,14 @@ def allreduce(send: int, recv: int, count: int, dtype: int, op: int) -> None:
     _check(_fn("hvd_allreduce")(send, recv, count, dtype, op), "hvd_allreduce")
 
 
+def allreduce_int64(values: Sequence[int], op: int) -> List[int]:
+    """The reduction of a few int64 `values` over every rank (a blocking hvd_allreduce)."""
+    n = len(values)
+    send, recv = (ctypes.c_int64 * n)(*values), (ctypes.c_int64 * n)()
+    allreduce(ctypes.addressof(send), ctypes.addressof(recv), n, INT64, op)
+    return list(recv)
+
+
 def broadcast(buf: int, count: int, dtype: int, root: int) -> None:
     _check(_fn("hvd_broadcast")(buf, count, dtype, root), "hvd_broadcast")
 

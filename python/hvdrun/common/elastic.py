@@ -18,12 +18,11 @@ Where this differs from Horovod (each where Horovod's users get hurt):
 from __future__ import annotations
 
 import copy
-import ctypes
 import functools
 import hashlib
 import pickle
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from hvdrun import _capi
 from hvdrun._basics import rank
@@ -43,10 +42,7 @@ _NO_SOURCE = 1 << 40
 
 def allreduce_max(values: Sequence[int]) -> List[int]:
     """The element-wise maximum of `values` (int64) over every rank: one collective."""
-    n = len(values)
-    send, recv = (ctypes.c_int64 * n)(*values), (ctypes.c_int64 * n)()
-    _capi.allreduce(ctypes.addressof(send), ctypes.addressof(recv), n, _capi.INT64, _capi.OP_MAX)
-    return list(recv)
+    return _capi.allreduce_int64(values, _capi.OP_MAX)
 
 
 def agree(values: Sequence[int]) -> Tuple[List[int], List[int]]:

@@ -14,7 +14,15 @@ import itertools
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from hvdrun import _capi
+try:  # torch before libhvdrun, where both are: a libhvdrun linked to an older system NCCL,
+    # loaded first, makes torch 2's libtorch_cuda.so fail to load (its libnccl.so.2 is then
+    # taken as the one already loaded: "undefined symbol: ncclCommResume"), and every test
+    # module collected after this one imports torch
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
+from hvdrun import _capi  # noqa: E402
 
 DEADLINE = 20.0
 

@@ -21,7 +21,7 @@ import threading
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from hvdrun import _env
-from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
+from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError, WorkerRemoved
 
 # Error codes, dtypes and ops as in hvdrun.h (tests/python/test_capi_constants.py holds them equal).
 SUCCESS = 0
@@ -36,7 +36,13 @@ ERR_UNSUPPORTED = 8
 ERR_INTERNAL = 9
 ERR_CUDA = 10
 ERR_NCCL = 11
+ERR_RESET = 12  # elastic: this round is being reset; every collective of it fails; shutdown(), then init()
+ERR_REMOVED = 13  # elastic: init(): this worker's slot was removed from the job
 _ERR_NAMES = {v: "HVD_" + k for k, v in list(globals().items()) if k.startswith("ERR_")}
+
+# hvd_elastic_updates' kinds
+HOSTS_ADDED = 1
+HOSTS_REMOVED = 2
 
 # hvd_dtype_t
 INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
@@ -47,6 +53,7 @@ DTYPE_SIZES = {INT8: 1, UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, F
 OP_SUM, OP_AVERAGE, OP_MIN, OP_MAX, OP_PRODUCT = range(5)
 
 _c_int_p = ctypes.POINTER(ctypes.c_int)
+_c_longlong_p = ctypes.POINTER(ctypes.c_longlong)
 _c_size_p = ctypes.POINTER(ctypes.c_size_t)
 _c_handle = ctypes.c_longlong
 _c_handle_p = ctypes.POINTER(_c_handle)
@@ -94,6 +101,9 @@ _PROTOTYPES = {
     "hvd_nccl_built": (ctypes.c_int, []),
     "hvd_cuda_built": (ctypes.c_int, []),
     "hvd_version": (ctypes.c_char_p, []),
+    # Elastic jobs (older libraries lack them: then no job is elastic).
+    "hvd_elastic": (ctypes.c_int, []),
+    "hvd_elastic_updates": (ctypes.c_int, [_c_longlong_p, _c_int_p]),
 }
 
 
@@ -162,16 +172,25 @@ def last_error() -> str:
     return msg.decode(errors="replace") if msg else ""
 
 
-def error_for(rc: int, what: str) -> HorovodInternalError:
+def error_for(rc: int, what: str) -> BaseException:
     """The exception for return code rc of call `what` (reads hvd_last_error on this thread)."""
     detail = last_error() or "no detail"
     text = f"{what} failed: {detail} ({_ERR_NAMES.get(rc, 'error %d' % rc)})"
-    if rc == ERR_NOT_INITIALIZED:
-        # (a forked child of a rank is initialized but runs no collectives: no hint there)
-        return NotInitializedError(text if initialized() else text + "; call hvd.init() first")
-    if rc == ERR_INVALID_ARGUMENT:
-        return InvalidArgumentError(text)
-    return HorovodInternalError(text)
+    if rc == ERR_NOT_INITIALIZED and not initialized():
+        text += "; call hvd.init() first"  # (a forked child of a rank is initialized but runs no collectives)
+    return exception(rc, text)
+
+
+def exception(rc: int, text: str) -> BaseException:
+    """The exception for return code rc, with its text; `.code` is rc. In an elastic job
+    ERR_RESET and ERR_PEER are HorovodInternalError, which hvd.elastic.run recovers from;
+    ERR_REMOVED is WorkerRemoved, a SystemExit of status 0."""
+    if rc == ERR_REMOVED:
+        return WorkerRemoved(text)
+    e = {ERR_NOT_INITIALIZED: NotInitializedError, ERR_INVALID_ARGUMENT: InvalidArgumentError}.get(
+        rc, HorovodInternalError)(text)
+    e.code = rc
+    return e
 
 
 def _check(rc: int, what: str) -> None:
@@ -212,6 +231,22 @@ def cuda_built() -> bool:
     return has("hvd_cuda_built") and bool(_fn("hvd_cuda_built")())
 
 
+def elastic() -> bool:
+    """Whether this process is a worker of an elastic job (hvdrun --min-np/--max-np/...)."""
+    return has("hvd_elastic") and _fn("hvd_elastic")() == 1
+
+
+def elastic_updates() -> Tuple[int, int]:
+    """(seq, kinds): the newest membership change this worker has been told of (0: none)
+    and the HOSTS_ADDED | HOSTS_REMOVED bits of every change after the one this round was
+    formed at. Never blocks; (0, 0) outside an elastic job."""
+    if not has("hvd_elastic_updates"):
+        return 0, 0
+    seq, kinds = ctypes.c_longlong(0), ctypes.c_int(0)
+    _check(_fn("hvd_elastic_updates")(ctypes.byref(seq), ctypes.byref(kinds)), "hvd_elastic_updates")
+    return int(seq.value), int(kinds.value)
+
+
 def version() -> Optional[str]:
     if not has("hvd_version"):
         return None
@@ -226,6 +261,14 @@ def barrier() -> None:
 
 def allreduce(send: int, recv: int, count: int, dtype: int, op: int) -> None:
     _check(_fn("hvd_allreduce")(send, recv, count, dtype, op), "hvd_allreduce")
+
+
+def allreduce_int64(values: Sequence[int], op: int) -> List[int]:
+    """The reduction of a few int64 `values` over every rank (a blocking hvd_allreduce)."""
+    n = len(values)
+    send, recv = (ctypes.c_int64 * n)(*values), (ctypes.c_int64 * n)()
+    allreduce(ctypes.addressof(send), ctypes.addressof(recv), n, INT64, op)
+    return list(recv)
 
 
 def broadcast(buf: int, count: int, dtype: int, root: int) -> None:

@@ -18,6 +18,7 @@ from hvdrun.torch.mpi_ops import (Average, Max, Min, Product, ProcessSet, Sum, a
                                   rank, reducescatter, reducescatter_async, shutdown, size, synchronize)
 from hvdrun.torch.optimizer import DistributedOptimizer
 from hvdrun.torch.sync_batch_norm import SyncBatchNorm
+from hvdrun.torch import elastic  # noqa: E402  (hvd.elastic.run, as horovod.torch has it)
 
 __all__ = [
     "__version__", "HorovodInternalError", "InvalidArgumentError", "NotInitializedError", "Compression",
@@ -29,5 +30,5 @@ __all__ = [
     "reducescatter", "reducescatter_async", "join", "poll", "synchronize",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "is_homogeneous", "nccl_built", "cuda_built", "mpi_built", "gloo_built", "mpi_threads_supported",
-    "DistributedOptimizer", "SyncBatchNorm",
+    "DistributedOptimizer", "SyncBatchNorm", "elastic",
 ]

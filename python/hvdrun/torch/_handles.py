@@ -55,6 +55,18 @@ def _wait_all(p: _Pending) -> None:
         raise err
 
 
+def release_all() -> int:
+    """Forgets every pending operation and restarts the names of unnamed ones: after
+    hvd.shutdown() in an elastic reset their libhvdrun handles are gone, and the next
+    round's ranks (some of them new processes) must name unnamed operations alike.
+    Returns how many were pending."""
+    with _lock:
+        n = len(_pending)
+        _pending.clear()
+        _noname_ids.clear()
+    return n
+
+
 def poll(handle: int) -> bool:
     """Whether the asynchronous operation `handle` has finished (synchronize() then does
     not block)."""

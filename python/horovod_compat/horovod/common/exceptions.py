@@ -1,2 +1,3 @@
 """horovod.common.exceptions, served by hvdrun.common.exceptions."""
-from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError  # noqa: F401
+from hvdrun.common.exceptions import (HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError,  # noqa: F401
+                                      NotInitializedError)

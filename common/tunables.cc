@@ -39,6 +39,14 @@ constexpr Tunable kTable[] = {
      "--horovod: bytes Horovod's store holds at most (values stored, being received and being sent), "
      "besides the room kept for the job's own rendezvous.", "",
      {65536, 1e15, "bytes"}},
+    {"HVDRUN_ELASTIC_TIMEOUT", "600", TunableUse::kLauncher,
+     "Elastic: seconds to wait for --min-np slots after a reset before the job ends (--elastic-timeout).",
+     "HOROVOD_ELASTIC_TIMEOUT", {0.001, 1e7, "seconds"}},
+    {"HVDRUN_DISCOVERY_INTERVAL", "1", TunableUse::kLauncher,
+     "Elastic: seconds between two runs of --host-discovery-script.", "", {0.001, 1e6, "seconds"}},
+    {"HVDRUN_DISCOVERY_TIMEOUT", "30", TunableUse::kLauncher,
+     "Elastic: seconds a run of --host-discovery-script may take; a script still running is killed and named.",
+     "", {0.001, 1e6, "seconds"}},
     {"SLURMD_NODENAME", "", TunableUse::kLauncher,
      "Slurm's: the node an agent started by srun runs on (its name in the job's host list)."},
     {"SLURM_PROCID", "0", TunableUse::kLauncher, "Slurm's: the task id of an agent started by srun."},
@@ -125,6 +133,8 @@ constexpr Tunable kTable[] = {
     {"HOROVOD_ELASTIC", "", TunableUse::kWorker,
      "Horovod's: 1 (set by horovodrun's elastic mode): hvdrun.torch's DistributedOptimizer registers "
      "its gradient hooks even in a job of one rank."},
+    {"HVDRUN_ELASTIC", "0", TunableUse::kWorker,
+     "1 (set by hvdrun in an elastic job, beside Horovod's HOROVOD_ELASTIC=1): hvd_elastic() says so."},
     // The contract hvdrun sets for each worker.
     {"HVDRUN_RENDEZVOUS_ADDR", "", TunableUse::kContract, "Address of hvdrun's rendezvous server."},
     {"HVDRUN_RENDEZVOUS_PORT", "", TunableUse::kContract, "Port of hvdrun's rendezvous server."},

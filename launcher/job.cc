@@ -237,6 +237,13 @@ JobRun::Stop JobRun::make_the_plan() {
   auto made = make_plan(opts, launcher_env);
   if (!made) return fail(made.error());
   plan = std::move(*made);
+  if (auto text = elastic_settings_text(opts.elastic); !text.empty()) {
+    if (opts.dry_run) std::fprintf(stderr, "hvdrun: %s\n", text.c_str());
+    else spdlog::info("{}", text);
+  }
+  if (opts.elastic.enabled && !opts.dry_run)
+    return fail(error_of(ErrorKind::kUsage, "elastic training: the flags are checked (--dry-run shows the "
+                                            "settings), but this build cannot run an elastic job yet"));
   if (opts.dry_run) {
     std::string text = dry_run_text(*plan, opts.command);
     std::fwrite(text.data(), 1, text.size(), stdout);

@@ -33,7 +33,7 @@ void add_elastic_flags(CLI::App& app, ElasticFlagValues& v) {
   app.add_option("--blacklist-cooldown-range", v.cooldown_range,
                  "Elastic: a failed host is blacklisted for MIN*2^n..MAX seconds (its n-th failure), then taken "
                  "back if discovery still lists it (default: for good)")
-      ->expected(2)->allow_extra_args(false)->type_name("MIN MAX")->group(g);
+      ->expected(2)->allow_extra_args(false)->group(g);
   app.add_option("--max-restarts", v.max_restarts,
                  "As torchrun: restart every worker (new RANK/WORLD_SIZE, HVDRUN_RESTART_COUNT) up to N times "
                  "after a failure; for programs without the elastic API (default 0)")

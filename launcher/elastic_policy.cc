@@ -187,4 +187,11 @@ WaitVerdict judge_wait(long long available, int min_np, double waited, double ti
   return v;
 }
 
+std::string restart_line(bool workers_ran, bool interrupted, int exit_code, int restarts, int max_restarts) {
+  if (!workers_ran || interrupted || exit_code == 0 || restarts >= max_restarts) return "";
+  return "restart " + std::to_string(restarts + 1) + " of " + std::to_string(max_restarts) +
+         ": the job failed (exit code " + std::to_string(exit_code) + "); every worker starts again with " +
+         "HVDRUN_RESTART_COUNT=" + std::to_string(restarts + 1);
+}
+
 }  // namespace hvdrun

@@ -101,4 +101,10 @@ struct WaitVerdict {
 };
 WaitVerdict judge_wait(long long available, int min_np, double waited, double timeout);
 
+// --max-restarts (torchrun's, for programs without the elastic API): after a job whose
+// workers ran and failed (not one hvdrun was interrupted in, nor one that never started its
+// workers: a bad option, a host unreachable), every worker starts again, up to
+// `max_restarts` times. `restarts`: those done so far. Returns the line to say, "" for none.
+std::string restart_line(bool workers_ran, bool interrupted, int exit_code, int restarts, int max_restarts);
+
 }  // namespace hvdrun

@@ -172,5 +172,16 @@ TEST(ElasticWait, StartWaitOrGiveUpNamingTheMissingSlots) {
   EXPECT_EQ(g.message, "elastic timeout: 600 s waiting for hosts, 3 slot(s) missing: 1 available, --min-np 4");
 }
 
+TEST(ElasticRestarts, OnlyAfterWorkersFailedUpToTheLimit) {
+  EXPECT_EQ(restart_line(true, false, 137, 0, 2),
+            "restart 1 of 2: the job failed (exit code 137); every worker starts again with HVDRUN_RESTART_COUNT=1");
+  EXPECT_NE(restart_line(true, false, 1, 1, 2), "");
+  EXPECT_EQ(restart_line(true, false, 1, 2, 2), "");   // used up
+  EXPECT_EQ(restart_line(true, false, 0, 0, 2), "");   // success
+  EXPECT_EQ(restart_line(true, true, 130, 0, 2), "");  // Ctrl-C ends the job
+  EXPECT_EQ(restart_line(false, false, 2, 0, 2), "");  // never started: a bad option, a host down
+  EXPECT_EQ(restart_line(true, false, 1, 0, 0), "");   // no --max-restarts
+}
+
 }  // namespace
 }  // namespace hvdrun

@@ -80,19 +80,8 @@ Status take_numbers(const ElasticFlagValues& v, ElasticOptions& e) {
 
 Error usage(const std::string& what) { return error_of(ErrorKind::kUsage, what); }
 
-}  // namespace
-
-Result<ElasticOptions> resolve_elastic(const CLI::App& app, const ElasticFlagValues& v, int np, int fixed_hosts) {
-  ElasticOptions e;
-  if (auto s = take_numbers(v, e); !s) return s.error();
-  e.discovery_script = v.discovery_script;
-  e.enabled = given(app, "--min-np") || given(app, "--max-np") || given(app, "--host-discovery-script");
-  if (!e.enabled) {
-    for (const char* f : {"--slots-per-host", "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range"})
-      if (given(app, f))
-        return usage(std::string(f) + " is an elastic setting: give --min-np, --max-np or --host-discovery-script too");
-    return e;
-  }
+// Elastic mode's flags against each other, -np and the hosts.
+Status check_elastic(const CLI::App& app, ElasticOptions& e, int np, int fixed_hosts) {
   if (e.max_restarts > 0)
     return usage("--max-restarts restarts a whole job of fixed size; elastic jobs (--min-np, --max-np, "
                  "--host-discovery-script) reset instead: give one or the other");
@@ -109,6 +98,23 @@ Result<ElasticOptions> resolve_elastic(const CLI::App& app, const ElasticFlagVal
   if (e.discovery_script.empty() && fixed_hosts >= 0 && fixed_hosts < 2)
     return usage("elastic without --host-discovery-script is fault tolerance over a fixed host list: give -H or "
                  "--hostfile with at least 2 hosts (as horovodrun)");
+  return {};
+}
+
+}  // namespace
+
+Result<ElasticOptions> resolve_elastic(const CLI::App& app, const ElasticFlagValues& v, int np, int fixed_hosts) {
+  ElasticOptions e;
+  if (auto s = take_numbers(v, e); !s) return s.error();
+  e.discovery_script = v.discovery_script;
+  e.enabled = given(app, "--min-np") || given(app, "--max-np") || given(app, "--host-discovery-script");
+  if (!e.enabled) {
+    for (const char* f : {"--slots-per-host", "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range"})
+      if (given(app, f))
+        return usage(std::string(f) + " is an elastic setting: give --min-np, --max-np or --host-discovery-script too");
+    return e;
+  }
+  if (auto s = check_elastic(app, e, np, fixed_hosts); !s) return s.error();
   return e;
 }
 

@@ -12,6 +12,7 @@
 #include "collectives/gpu.h"
 #include "collectives/runtime.h"
 #include "collectives/dtype.h"
+#include "common/tunables.h"
 #include "hvdrun_version.h"
 #include "hvdrun/hvdrun.h"
 
@@ -165,6 +166,18 @@ int hvd_shutdown(void) {
 }
 
 int hvd_initialized(void) { return rt().initialized() ? 1 : 0; }
+
+int hvd_elastic(void) { return hvdrun::tunable_string("HVDRUN_ELASTIC") == "1" ? 1 : 0; }
+
+// No elastic job runs yet (hvdrun refuses to start one): no membership change is ever told.
+int hvd_elastic_updates(long long* seq, int* kinds) {
+  return guarded([&]() -> hvdrun::Status {
+    if (!seq || !kinds) return make_error(ErrorKind::kInvalidArgument, "hvd_elastic_updates: seq or kinds is null");
+    *seq = 0;
+    *kinds = 0;
+    return {};
+  });
+}
 
 int hvd_rank(void) { return view_field([](const hvdrun::RankView& v) { return v.rank; }); }
 int hvd_size(void) { return view_field([](const hvdrun::RankView& v) { return v.size; }); }

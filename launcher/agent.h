@@ -63,6 +63,7 @@ class RemoteControl {
 struct AgentResult {
   int exit_code = 0;
   std::string message;  // why the job ended early; "" on success
+  bool interrupted = false;  // by a signal to hvdrun (the user's, Slurm's): no --max-restarts
 };
 
 // Blocks the signals the agent handles (call first thing in main, before any thread).

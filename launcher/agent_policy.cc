@@ -213,8 +213,10 @@ void LocalAgent::handle_signal(int sig, bool from_launcher, pid_t sender) {
       tearing_down_ = true;
       result_.exit_code = 128 + SIGKILL;
     }
+    result_.interrupted = true;
     return;
   }
+  result_.interrupted = true;
   teardown(from_launcher ? "" : "hvdrun: received " + signal_name(sig) + ", terminating the job", 128 + sig);
 }
 
@@ -235,6 +237,7 @@ void LocalAgent::handle_slurm_signal(int sig) {
                     " from Slurm (the job was cancelled or reached its time limit), terminating the job";
   bool say = !slurm_said_;
   slurm_said_ = true;
+  result_.interrupted = true;
   if (!tearing_down_)
     teardown(msg, 128 + sig);
   else if (say)

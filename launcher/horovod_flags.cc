@@ -61,11 +61,6 @@ const std::vector<HorovodFlag>& horovod_flags() {
   return flags;
 }
 
-// Elastic training (horovodrun --min-np ...): refused, not ignored.
-const char* const kElasticFlags[] = {"--min-np", "--min-num-proc", "--max-np", "--max-num-proc", "--slots-per-host",
-                                     "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range",
-                                     "--host-discovery-script"};
-
 // libhvdrun reads this variable (by our name or as Horovod's alias).
 bool runtime_reads(std::string_view env) {
   for (const auto& t : all_tunables())
@@ -87,24 +82,6 @@ void add_horovod_flags(CLI::App& app, HorovodFlagValues& v) {
           ->type_name(f.kind == HorovodFlag::kString ? "TEXT" : "N")
           ->group("Horovod tuning (horovodrun's flags)");
   }
-  for (const char* e : kElasticFlags) {
-    if (std::string(e) == "--blacklist-cooldown-range")
-      app.add_option(e, v.cooldown_range, "Refused: elastic training is not supported yet")
-          ->expected(2)
-          ->allow_extra_args(false)
-          ->group("Horovod elastic (not supported)");
-    else
-      app.add_option(e, v.elastic[e], "Refused: elastic training is not supported yet")
-          ->group("Horovod elastic (not supported)");
-  }
-}
-
-Status refuse_elastic_flags(const CLI::App& app) {
-  for (const char* e : kElasticFlags)
-    if (app.get_option(e)->count() > 0)
-      return error_of(ErrorKind::kUsage, std::string(e) + ": elastic training (--min-np, --max-np, "
-                                           "--host-discovery-script, ...) is not supported yet; run a fixed -np");
-  return {};
 }
 
 namespace {

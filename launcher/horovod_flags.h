@@ -21,15 +21,10 @@ namespace hvdrun {
 struct HorovodFlagValues {
   std::map<std::string, std::string> values;  // value flags given
   std::map<std::string, bool> set;            // boolean flags given
-  std::map<std::string, std::string> elastic;  // elastic flags: refused when given
-  std::vector<std::string> cooldown_range;
 };
 
-// Adds the tuning flags and the (refused) elastic flags to `app`, bound to `v`.
+// Adds the tuning flags to `app`, bound to `v` (the elastic flags: elastic_options.h).
 void add_horovod_flags(CLI::App& app, HorovodFlagValues& v);
-
-// An elastic flag given: the refusal, naming it.
-Status refuse_elastic_flags(const CLI::App& app);
 
 // The workers' variables ("NAME=VALUE") the flags given set, the command line winning over
 // `from_config` (--config-file's flag -> value); `warnings` gets one line naming the flags

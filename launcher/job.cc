@@ -1,4 +1,7 @@
 #include "launcher/job.h"
+
+#include "launcher/elastic_policy.h"
+#include "launcher/elastic_start.h"
 #include "launcher/timeline_merge.h"
 
 #include <arpa/inet.h>
@@ -215,6 +218,7 @@ struct JobRun {
   std::vector<WorkerLaunch> launches;
   std::vector<AgentJob> jobs;
   RemoteHost* stdin_host = nullptr;
+  std::optional<AgentResult> workers_result;  // once the workers ran (--max-restarts reads it)
 };
 
 int JobRun::run() {
@@ -237,6 +241,13 @@ JobRun::Stop JobRun::make_the_plan() {
   auto made = make_plan(opts, launcher_env);
   if (!made) return fail(made.error());
   plan = std::move(*made);
+  if (auto text = elastic_settings_text(opts.elastic); !text.empty()) {
+    if (opts.dry_run) std::fprintf(stderr, "hvdrun: %s\n", text.c_str());
+    else spdlog::info("{}", text);
+  }
+  if (opts.elastic.enabled && !opts.dry_run)
+    return fail(error_of(ErrorKind::kUsage, "elastic training: the flags are checked (--dry-run shows the "
+                                            "settings), but this build cannot run an elastic job yet"));
   if (opts.dry_run) {
     std::string text = dry_run_text(*plan, opts.command);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -509,6 +520,7 @@ int JobRun::run_the_workers() {
   for (auto& r : remotes) r->start(agent, *job_sink);
   if (stdin_host) agent.relay_stdin_to(stdin_host);
   AgentResult res = agent.run(std::move(launches));
+  workers_result = res;
   for (auto& r : remotes) r->join();
   remotes.clear();
   server->reset();
@@ -528,9 +540,27 @@ int JobRun::merge_the_timeline(int code) {
 
 }  // namespace
 
-int run_job(const LaunchOptions& opts, char** envp) {
-  JobRun job(opts, envp);
-  return job.run();
+// The job; with --max-restarts, again after its workers failed (a new JobRun: every worker
+// starts anew, told which restart it is as torchrun tells its workers).
+int run_job(const LaunchOptions& given, char** envp) {
+  auto discovered = with_discovered_hosts(given);
+  if (!discovered) return fail(discovered.error());
+  const LaunchOptions& opts = *discovered;
+  LaunchOptions o = opts;
+  for (int restarts = 0;; ++restarts) {
+    if (opts.elastic.max_restarts > 0) {
+      o.env = opts.env;
+      for (const char* var : {"HVDRUN_RESTART_COUNT=", "TORCHELASTIC_RESTART_COUNT="})
+        o.env.push_back(var + std::to_string(restarts));
+      o.env.push_back("TORCHELASTIC_MAX_RESTARTS=" + std::to_string(opts.elastic.max_restarts));
+    }
+    JobRun job(o, envp);
+    int code = job.run();
+    const auto& r = job.workers_result;
+    std::string line = restart_line(r.has_value(), r && r->interrupted, code, restarts, opts.elastic.max_restarts);
+    if (line.empty()) return code;
+    std::fprintf(stderr, "hvdrun: %s\n", line.c_str());
+  }
 }
 
 }  // namespace hvdrun

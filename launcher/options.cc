@@ -10,8 +10,10 @@
 #include <memory>
 #include <tuple>
 
+#include "launcher/elastic_options.h"
 #include "launcher/exit_status.h"
 #include "launcher/horovod_flags.h"
+#include "launcher/hosts.h"
 #include "launcher/launch_command.h"
 #include "common/strings.h"
 #include "common/tunables.h"
@@ -88,6 +90,7 @@ struct CliValues {
   bool check_build = false, disable_cache = false, use_gloo = false, use_tcp = false, use_mpi = false,
        use_jsrun = false, help_env = false;
   HorovodFlagValues horovod_flags;
+  ElasticFlagValues elastic;
 };
 
 // --- The CLI11 spec, in the order --help lists it.
@@ -187,6 +190,7 @@ void add_horovodrun_options(CLI::App& app, CliValues& v) {
   app.add_flag("--mpi", v.use_mpi, "Refused: hvdrun has no MPI controller");
   app.add_flag("--jsrun", v.use_jsrun, "Refused: hvdrun has no jsrun launcher");
   add_horovod_flags(app, v.horovod_flags);
+  add_elastic_flags(app, v.elastic);
   app.add_flag("--help-env", v.help_env, "List every environment variable hvdrun and libhvdrun read or set, and exit");
 }
 
@@ -205,7 +209,7 @@ const HelpGroup kHelpGroups[] = {
     {"SSH", {"--ssh-port", "--ssh-identity-file", "--ssh-host-key-checking", "--ssh-command"}},
     {"Controller and Horovod compatibility",
      {"--gloo", "--tcp", "--mpi", "--jsrun", "--horovod", "--horovod-compat", "--mpi-args", "--binding-args"}},
-    {"Horovod elastic (not supported)", {}},
+    {"Elastic", {}},
     {"Tuning", {"--hierarchical-allreduce", "--hierarchical-allgather"}},
     {"Timeline", {"--timeline-filename", "--timeline-mark-cycles"}},
     {"Logging and output", {"--verbose", "--log-level", "--output-filename", "--prefix-output-with-timestamp",
@@ -328,10 +332,9 @@ Result<std::map<std::string, std::string>> apply_config_file(const CLI::App& app
   return from_config;
 }
 
-// The refusals and the flags that only print (elastic, --mpi, --jsrun, --check-build).
+// The refusals and the flags that only print (--mpi, --jsrun, --check-build).
 // nullopt: go on.
-Result<std::optional<std::string>> refuse_or_print(const CLI::App& app, const CliValues& v) {
-  if (auto s = refuse_elastic_flags(app); !s) return s.error();
+Result<std::optional<std::string>> refuse_or_print(const CliValues& v) {
   if (v.use_mpi || v.use_jsrun)
     return error_of(ErrorKind::kUsage, std::string(v.use_mpi ? "--mpi" : "--jsrun") +
                                            ": not supported: hvdrun has its own TCP controller (as --gloo); drop "
@@ -451,6 +454,13 @@ Status resolve_rest(const CLI::App& app, const CliValues& v, LaunchOptions& o) {
   return {};
 }
 
+// The hosts -H names (elastic fault tolerance needs two); -1 when they come from elsewhere.
+int count_fixed_hosts(const LaunchOptions& o) {
+  if (o.hosts.empty()) return -1;
+  auto hosts = parse_host_list(o.hosts);
+  return hosts ? static_cast<int>(hosts->size()) : -1;
+}
+
 ParsedCommandLine print_and_exit(std::string text) {
   ParsedCommandLine out;
   out.action = ParsedCommandLine::Action::kPrintAndExit;
@@ -473,7 +483,7 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   auto printed = run_cli11(app, *args);
   if (!printed) return printed.error();
   if (*printed) return print_and_exit(**printed);
-  printed = refuse_or_print(app, v);
+  printed = refuse_or_print(v);
   if (!printed) return printed.error();
   if (*printed) return print_and_exit(**printed);
   (void)v.disable_cache;  // nothing is cached
@@ -487,6 +497,9 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   if (auto s = take_command(app, o); !s) return s.error();
   if (auto s = resolve_numbers(v, o); !s) return s.error();
   if (auto s = resolve_rest(app, v, o); !s) return s.error();
+  auto elastic = resolve_elastic(app, v.elastic, o.np, count_fixed_hosts(o));
+  if (!elastic) return elastic.error();
+  o.elastic = *elastic;
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "launcher/elastic_options.h"
 
 namespace hvdrun {
 
@@ -34,6 +35,7 @@ struct LaunchOptions {
   bool horovod_compat = false;
   bool horovod = false;  // serve Horovod's Gloo rendezvous for a real Horovod (--horovod, HVDRUN_HOROVOD=1)  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
   int rendezvous_port = 0;
+  ElasticOptions elastic;  // --min-np, --host-discovery-script, ..., --max-restarts
   std::vector<std::string> command;
 };
 

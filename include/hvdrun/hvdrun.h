@@ -31,6 +31,11 @@ extern "C" {
 #define HVD_ERR_INTERNAL 9         /* a broken invariant inside libhvdrun */
 #define HVD_ERR_CUDA 10            /* a CUDA runtime error */
 #define HVD_ERR_NCCL 11            /* an NCCL error */
+#define HVD_ERR_RESET 12   /* elastic: the job is being reset (a peer was lost or the
+                              hosts changed): every pending and later collective of
+                              this round fails with it; hvd_shutdown(), then hvd_init() */
+#define HVD_ERR_REMOVED 13 /* elastic: hvd_init(): this worker's slot was removed from
+                              the job; the process should exit (status 0) */
 
 typedef enum hvd_dtype {
   HVD_INT8 = 0,
@@ -62,6 +67,17 @@ typedef enum hvd_op {
 HVD_API int hvd_init(void);
 HVD_API int hvd_shutdown(void);
 HVD_API int hvd_initialized(void); /* 1 or 0 */
+
+#define HVD_HOSTS_ADDED 1
+#define HVD_HOSTS_REMOVED 2
+/* Elastic: the newest membership change this worker has been told of (by the
+ * rendezvous, over the connection it holds): *seq = its number (0 = none since the
+ * job started; numbers only grow, and are the same on every worker for the same
+ * change), *kinds = HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED bits of every change after the
+ * one this round was formed at. Never blocks; outside an elastic job *seq = 0, *kinds = 0.
+ * A null pointer: HVD_ERR_INVALID_ARGUMENT. */
+HVD_API int hvd_elastic_updates(long long* seq, int* kinds);
+HVD_API int hvd_elastic(void); /* 1 in an elastic job (hvdrun --min-np/--max-np/...), else 0 */
 
 /* fork(): a child of the process that called hvd_init (a DataLoader worker, a
  * multiprocessing child) inherits the rank but not the runtime's threads, and the job's

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <set>
 #include <string>
 
@@ -38,6 +40,7 @@ TEST(CApiCodes, TheWorkerSidesKindsHaveTheirOwnCodes) {
   std::set<int> codes;
   for (int k = static_cast<int>(kFirstErrorKind); k <= static_cast<int>(kLastErrorKind); ++k)
     codes.insert(hvd_code_of(static_cast<ErrorKind>(k)));
+  // (HVD_ERR_RESET and HVD_ERR_REMOVED, elastic's, have no kind until the elastic driver.)
   EXPECT_EQ(codes.size(), static_cast<size_t>(HVD_ERR_NCCL));
 }
 
@@ -54,6 +57,22 @@ TEST(CApi, ACallBeforeInitIsNotInitializedWithItsMessage) {
   ASSERT_EQ(hvd_initialized(), 0);
   EXPECT_EQ(hvd_allreduce(&x, &x, 1, HVD_FLOAT32, HVD_OP_SUM), HVD_ERR_NOT_INITIALIZED);
   EXPECT_EQ(std::string(hvd_last_error()), "hvd_allreduce: call hvd_init() first");
+}
+
+// Elastic (the contract with hvdrun.torch.elastic): outside an elastic job no change is told.
+TEST(CApi, ElasticQueriesOutsideAnElasticJob) {
+  unsetenv("HVDRUN_ELASTIC");
+  EXPECT_EQ(hvd_elastic(), 0);
+  setenv("HVDRUN_ELASTIC", "1", 1);
+  EXPECT_EQ(hvd_elastic(), 1);
+  unsetenv("HVDRUN_ELASTIC");
+  long long seq = 5;
+  int kinds = 7;
+  EXPECT_EQ(hvd_elastic_updates(&seq, &kinds), HVD_SUCCESS);
+  EXPECT_EQ(seq, 0);
+  EXPECT_EQ(kinds, 0);
+  EXPECT_EQ(hvd_elastic_updates(nullptr, &kinds), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(hvd_last_error()), "hvd_elastic_updates: seq or kinds is null");
 }
 
 }  // namespace

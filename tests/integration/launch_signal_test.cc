@@ -40,6 +40,38 @@ TEST(Launch, LingeringChildOfASuccessfulJobIsEnded) {
   std::filesystem::remove_all(dir);
 }
 
+// --max-restarts (torchrun's): every worker starts again after a failure, told which restart.
+TEST(Launch, MaxRestartsStartsEveryWorkerAgainUntilItSucceeds) {
+  // Rank 1 fails the first time only.
+  auto o = run(hvd({"-np", "2", "--max-restarts", "2", "sh", "-c",
+                    "echo run $RANK $HVDRUN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS; "
+                    "[ $RANK = 1 ] && [ $HVDRUN_RESTART_COUNT = 0 ] && exit 3; exit 0"}),
+               60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  for (const char* line : {"[0]<stdout>:run 0 0 0 2\n", "[1]<stdout>:run 1 0 0 2\n", "[0]<stdout>:run 0 1 1 2\n",
+                           "[1]<stdout>:run 1 1 1 2\n"})
+    EXPECT_NE(o.out.find(line), std::string::npos) << line << o.out;
+  EXPECT_EQ(o.out.find(" 2 2 2\n"), std::string::npos) << o.out;  // no second restart
+  EXPECT_NE(o.err.find("hvdrun: restart 1 of 2: the job failed (exit code 3); every worker starts again with "
+                       "HVDRUN_RESTART_COUNT=1\n"),
+            std::string::npos)
+      << o.err;
+}
+
+TEST(Launch, MaxRestartsUsedUpEndsWithTheLastFailure) {
+  auto o = run(hvd({"-np", "1", "--max-restarts", "2", "sh", "-c", "echo run $HVDRUN_RESTART_COUNT; exit 5"}), 60);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 5) << o.err;
+  EXPECT_EQ(split_lines(o.out).size(), 3u) << o.out;  // the first run and two restarts
+  EXPECT_NE(o.err.find("restart 2 of 2"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("restart 3"), std::string::npos) << o.err;
+  // A job that never started its workers is not restarted.
+  auto bad = run(hvd({"-np", "1", "--max-restarts", "2", "/nonexistent/prog"}), 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.err.find("restart"), std::string::npos) << bad.err;
+}
+
 class LaunchSignal : public ::testing::TestWithParam<int> {};
 
 TEST_P(LaunchSignal, TearsDownAndExitsWith128PlusSignal) {

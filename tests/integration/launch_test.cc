@@ -167,6 +167,46 @@ TEST(Launch, DryRunPrintsThePlanWithUnresolvableHosts) {
             R"({"rank":2,"size":3,"local_rank":0,"local_size":1,"cross_rank":1,"cross_size":2,"host":"::1","argv":["python3","train.py","--epochs","1"]})");
 }
 
+// Elastic (issue 28): the discovery script's hosts, ranked in its line order up to --max-np;
+// its bad line named; an elastic run refused until the driver exists.
+TEST(Launch, ElasticDryRunRanksTheDiscoveredHosts) {
+  std::string dir = make_temp_dir();
+  std::string hosts = dir + "/hosts";
+  std::ofstream(hosts) << "node-z:2\nnode-a\nnode-m:4\n";
+  std::vector<std::string> base = {"--dry-run", "-np", "2", "--max-np", "4", "--slots-per-host", "1",
+                                   "--host-discovery-script", "cat " + hosts};
+  auto args = base;
+  args.push_back("prog");
+  auto o = run(hvd(args), 30);
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  auto lines = split_lines(o.out);
+  ASSERT_EQ(lines.size(), 4u) << o.out;
+  EXPECT_NE(lines[1].find(R"("rank":1,"size":4,"local_rank":1,"local_size":2,"cross_rank":0,"cross_size":1,"host":"node-z")"),
+            std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find(R"("host":"node-a")"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find(R"("rank":3,"size":4,"local_rank":0,"local_size":1,"cross_rank":2,"cross_size":3,"host":"node-m")"),
+            std::string::npos) << lines[3];
+  EXPECT_NE(o.err.find("hvdrun: elastic: min-np 2, max-np 4, hosts from 'cat " + hosts + "' every 1 s"),
+            std::string::npos) << o.err;
+  // The test rewrites the file: a bad line is named with its number, nothing planned.
+  std::ofstream(hosts) << "node-z:2\nnode-a:two\n";
+  auto bad = run(hvd(args), 30);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.out, "");
+  EXPECT_NE(bad.err.find("line 2 'node-a:two': expected host[:slots]"), std::string::npos) << bad.err;
+  // Too few slots for --min-np.
+  std::ofstream(hosts) << "node-z:1\n";
+  auto few = run(hvd(args), 30);
+  EXPECT_EQ(few.exit_code, 2);
+  EXPECT_NE(few.err.find("1 slot(s) missing: 1 available, --min-np 2"), std::string::npos) << few.err;
+  // Not a dry run: refused before anything starts.
+  std::ofstream(hosts) << "localhost:2\n";
+  auto real = run(hvd({"-np", "2", "--host-discovery-script", "cat " + hosts, "true"}), 30);
+  EXPECT_EQ(real.exit_code, 2);
+  EXPECT_NE(real.err.find("this build cannot run an elastic job yet"), std::string::npos) << real.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Launch, PyTorchDdpJobRunsUnchanged) {
   if (run({"/usr/bin/python3", "-c", "import torch.distributed"}, 120).exit_code != 0)
     GTEST_SKIP() << "Debian's python3-torch is not installed for /usr/bin/python3";

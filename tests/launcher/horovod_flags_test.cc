@@ -1,5 +1,5 @@
 // horovodrun's spellings (issue 16.3): every flag of horovod/runner/launch.py is accepted,
-// mapped to the workers' variables, refused clearly (elastic, --mpi), or an unknown
+// mapped to the workers' variables, refused clearly (--mpi, a bad elastic value), or an unknown
 // option: exit 2 with one line naming it, never help text.
 #include <gtest/gtest.h>
 
@@ -80,9 +80,8 @@ TEST(HorovodFlags, NetworkInterfacesTcpAndRefusals) {
   EXPECT_EQ(n.options.network_interface, "eth1");
   EXPECT_EQ(n.warnings.size(), 1u);
   EXPECT_TRUE(has_env(ok({"--tcp", "prog"}).options, "HVDRUN_SHM=0"));
-  for (std::vector<std::string> bad : {std::vector<std::string>{"--min-np", "2", "prog"},
-                                       {"--max-np", "4", "prog"},
-                                       {"--host-discovery-script", "d.sh", "prog"},
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--min-np", "0", "prog"},
+                                       {"--max-np", "x", "prog"},
                                        {"--blacklist-cooldown-range", "1", "2", "prog"},
                                        {"--mpi", "prog"},
                                        {"-hostfilex", "f", "prog"},
@@ -94,8 +93,6 @@ TEST(HorovodFlags, NetworkInterfacesTcpAndRefusals) {
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
     EXPECT_NE(r.error().message.find(bad[0] == "-hx" ? "-hx" : bad[0]), std::string::npos) << r.error().message;
   }
-  auto e = parse_command_line({"--min-np", "2", "prog"});
-  EXPECT_NE(e.error().message.find("not supported yet"), std::string::npos);
 }
 
 TEST(HorovodFlags, ConfigFileAsHorovodrunsCommandLineWins) {

@@ -215,7 +215,7 @@ TEST(Options, HelpListsTheOptionsInHorovodrunsGroups) {
       {"\nLaunch:\n", {"--num-proc", "--hostfile", "--launch-command", "--check-build"}},
       {"\nSSH:\n", {"--ssh-port", "--ssh-command"}},
       {"\nController and Horovod compatibility:\n", {"--horovod-compat", "--gloo", "--mpi-args"}},
-      {"\nHorovod elastic (not supported):\n", {"--min-np", "--host-discovery-script"}},
+      {"\nElastic:\n", {"--reset-limit", "--host-discovery-script", "--max-restarts"}},
       {"\nTuning:\n", {"--fusion-threshold-mb", "--autotune", "--hierarchical-allreduce"}},
       {"\nTimeline:\n", {"--timeline-filename", "--timeline-mark-cycles"}},
       {"\nLogging and output:\n", {"--log-level", "--output-filename", "--log-hide-timestamp"}},

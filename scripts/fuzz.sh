@@ -9,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(frame_fuzzer host_list_fuzzer hostfile_fuzzer env_spec_fuzzer agent_wire_fuzzer rendezvous_server_fuzzer
          horovod_store_fuzzer config_file_fuzzer launch_command_fuzzer cycle_message_fuzzer slurm_env_fuzzer)
-build=()
+build=() start=$SECONDS
 for t in "${targets[@]}"; do build+=(--target "$t"); done
 CC=clang CXX=clang++ BUILD_DIR=build-fuzz BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_BUILD_FUZZ=ON \
   -DHVDRUN_BUILD_BENCH=OFF "${build[@]}" >/dev/null
+echo "fuzz.sh: built the targets in $((SECONDS - start)) s"
 secs=${HVDRUN_FUZZ_SECONDS:-12}
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/fuzz/lsan.supp

@@ -3,15 +3,35 @@
 # the runtime and launcher tests again under AddressSanitizer/UBSan and ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The time of each phase, one line each, printed at the end and when a phase fails (the
+# split among ctest's labels, package included, is ctest's own "Label Time Summary").
+phase_times=() phase_name='' phase_start=$SECONDS
+phase() {  # phase NAME: the phase before it ends, NAME starts
+  [ -z "$phase_name" ] || phase_times+=("$(printf '%6d s  %s' $((SECONDS - phase_start)) "$phase_name")")
+  phase_name=$1 phase_start=$SECONDS
+}
+phase_summary() {
+  local rc=$?
+  [ "$rc" = 0 ] || phase_name="$phase_name (FAILED, exit $rc)"
+  phase ''
+  echo "== test.sh: time per phase (${SECONDS} s in all)"
+  printf '%s\n' "${phase_times[@]}"
+}
+trap phase_summary EXIT
+phase install-deps
 scripts/install-deps.sh
+phase 'main build'
 scripts/build.sh
+phase 'main ctest'
 (cd build && ctest --output-on-failure --no-tests=error -j2 --timeout 300)
 # The Python package (hvdrun.torch, hvdrun.numpy): pytest on Debian's python3-torch and on
 # PyTorch 2.x from PyPI in a cached venv, against cmake-installed and pip-installed hvdrun.
+phase python
 scripts/test-python.sh
 # A real Horovod 0.28.1 PyTorch program under hvdrun --horovod against horovodrun --gloo, on
 # this host and on test-cluster hosts (scripts/horovod-peer.sh builds Horovod into a cached
 # venv the first time: about 6 min on 2 cores; a failed build fails the suite).
+phase horovod
 scripts/test-horovod.sh
 if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # ctest labels: "runtime" = in-process tests (parsers, rendezvous, ring collectives),
@@ -26,11 +46,15 @@ if [ "${HVDRUN_SKIP_SANITIZERS:-0}" != 1 ]; then
   # they are installed: CI builds both ways.
   for san in address:'runtime|process|cluster' thread:'runtime|process|cluster'; do
     kind=${san%%:*} labels=${san#*:}
+    phase "$kind build"
     BUILD_DIR=build-$kind BUILD_TYPE=RelWithDebInfo scripts/build.sh -DHVDRUN_SANITIZE=$kind -DHVDRUN_BUILD_BENCH=OFF -DHVDRUN_WITH_CUDA=OFF
+    phase "$kind ctest"
     (cd build-$kind && ctest --output-on-failure --no-tests=error -j2 --timeout 300 -L "$labels")
   done
 fi
 # Every parser of outside input under libFuzzer (clang, ASan + UBSan), a fixed time each
 # from its checked-in seed corpus (about 1.5 min in all).
+phase 'fuzz build and run'
 scripts/fuzz.sh
+phase ''
 echo "test.sh: all tests passed"

@@ -2,7 +2,9 @@
 beyond the basic collectives, each against a reference every rank computes itself: the build
 queries, the int16 and bool dtypes, grouped allgather/reducescatter (async, scaled, their
 gradients), sparse allreduce, Adasum, and the errors Horovod raises."""
+import os
 import sys
+import tempfile
 
 import torch
 
@@ -11,6 +13,9 @@ from hvdrun import _capi
 from checks import check, select
 
 select(sys.argv[1:])
+# As test_torch.py sets it: Horovod's "timeline started later by hvd.start_timeline", no file.
+os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"
+os.chdir(tempfile.mkdtemp(prefix="hvdrun-compat-"))
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 
@@ -35,6 +40,12 @@ def share(t):
     rows = t.shape[0]
     counts = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
     return t[sum(counts[:r]):sum(counts[:r + 1])]
+
+
+@check
+def timeline_dynamic_writes_no_file():
+    hvd.allreduce(torch.ones(2), name="tl")
+    assert os.listdir(".") == [], os.listdir(".")
 
 
 @check

@@ -136,6 +136,14 @@ def grouped_reducescatter_ops_scales_async_and_grad():
     x = torch.zeros(n * 2, requires_grad=True)
     hvd.reducescatter(x, op=hvd.Sum, prescale_factor=3.0).backward(torch.ones(2))
     equal(x.grad, torch.full((n * 2,), 3.0 * n))
+    # A float16 scaled in float32, as Horovod's ScaleBuffer on CPUs (torch's own float16
+    # multiply rounds the factor to float16 first: -29.75 where Horovod has -29.734375).
+    h = torch.tensor([-94.0, 41.0, 0.1, 1000.0] * n, dtype=torch.float16)
+    f = 0.3163755545817859
+    want = share((h.float() * f).half().float() * n).half()
+    for got in (hvd.reducescatter(h, op=hvd.Sum, prescale_factor=f),
+                hvd.grouped_reducescatter([h], op=hvd.Sum, prescale_factor=f)[0]):
+        equal(got, want)
 
 
 @check

@@ -10,6 +10,7 @@
 
 #include "collectives/c_api.h"
 #include "collectives/gpu.h"
+#include "collectives/gpu_version.h"
 #include "collectives/runtime.h"
 #include "collectives/dtype.h"
 #include "common/tunables.h"
@@ -340,6 +341,7 @@ void hvd_free(void* p) { std::free(p); }
 
 int hvd_nccl_built(void) { return std::strcmp(hvdrun::gpu_backend_name(), "nccl") == 0 ? 1 : 0; }
 int hvd_cuda_built(void) { return std::strcmp(hvdrun::gpu_backend_name(), "none") != 0 ? 1 : 0; }
+int hvd_nccl_version(void) { return hvdrun::gpu_nccl_version(); }
 const char* hvd_version(void) { return HVDRUN_VERSION_STRING; }
 
 const char* hvd_last_error(void) { return g_last_error.c_str(); }

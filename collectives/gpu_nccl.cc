@@ -9,6 +9,7 @@
 #include "collectives/cuda_util.h"
 #include "collectives/dtype.h"
 #include "collectives/gpu.h"
+#include "collectives/gpu_version.h"
 #include "collectives/nccl_id.h"
 
 namespace hvdrun {
@@ -32,6 +33,7 @@ ncclDataType_t nccl_dtype(hvd_dtype_t t) {
     case HVD_BFLOAT16: return ncclBfloat16;
     case HVD_FLOAT32: return ncclFloat32;
     case HVD_FLOAT64: return ncclFloat64;
+    case HVD_INT16: case HVD_BOOL: break;  // NCCL has neither: refused for device memory at submit
   }
   return ncclFloat32;  // unreachable: dtypes are checked by the runtime
 }
@@ -257,6 +259,7 @@ class NcclCollectives : public GpuCollectives {
 }  // namespace
 
 const char* gpu_backend_name() { return "nccl"; }
+int gpu_nccl_version() { return NCCL_VERSION_CODE; }
 
 Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) {
   auto device = select_device(s.rank, s.local_rank);

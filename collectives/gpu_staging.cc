@@ -4,6 +4,7 @@
 #include "collectives/cuda_util.h"
 #include "collectives/dtype.h"
 #include "collectives/gpu.h"
+#include "collectives/gpu_version.h"
 #include "collectives/ring.h"
 
 namespace hvdrun {
@@ -77,6 +78,7 @@ class StagingCollectives : public GpuCollectives {
 }  // namespace
 
 const char* gpu_backend_name() { return "staging"; }
+int gpu_nccl_version() { return 0; }
 
 Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) {
   if (s.rank == 0)

@@ -15,10 +15,13 @@ namespace {
 
 // Sums and products of int32/int64 wrap around (as MPI's and NCCL's do) rather than being
 // undefined behaviour: computed in the unsigned type of the same width (the same
-// instructions). Narrower types are promoted to int and cannot overflow there.
+// instructions). Narrower types are promoted to int and cannot overflow there. A bool's sum
+// is a logical or, its product a logical and.
 template <class T>
 HVDRUN_INLINE T add(T a, T b) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a || b;
+  } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
     using U = std::make_unsigned_t<T>;
     return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
   } else {
@@ -27,7 +30,9 @@ HVDRUN_INLINE T add(T a, T b) {
 }
 template <class T>
 HVDRUN_INLINE T mul(T a, T b) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a && b;
+  } else if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int)) {
     using U = std::make_unsigned_t<T>;
     return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
   } else {
@@ -125,10 +130,12 @@ HVDRUN_SIMD_CLONES void reduce_aligned(void* dst, const void* src, size_t n, hvd
     case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
     case HVD_INT8: return apply(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op);
     case HVD_UINT8: return apply(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op);
+    case HVD_INT16: return apply(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), n, op);
     case HVD_INT32: return apply(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
     case HVD_INT64: return apply(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
     case HVD_FLOAT32: return apply(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
     case HVD_FLOAT64: return apply(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case HVD_BOOL: return apply(static_cast<bool*>(dst), static_cast<const bool*>(src), n, op);
     case HVD_FLOAT16:
       return apply16<half_to_float, float_to_half>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
     case HVD_BFLOAT16:
@@ -162,10 +169,12 @@ HVDRUN_SIMD_CLONES bool reduce_pair_aligned(void* dst, const void* a, const void
   switch (t) {
     case HVD_INT8: apply3_as<int8_t>(dst, a, b, n, op); return true;
     case HVD_UINT8: apply3_as<uint8_t>(dst, a, b, n, op); return true;
+    case HVD_INT16: apply3_as<int16_t>(dst, a, b, n, op); return true;
     case HVD_INT32: apply3_as<int32_t>(dst, a, b, n, op); return true;
     case HVD_INT64: apply3_as<int64_t>(dst, a, b, n, op); return true;
     case HVD_FLOAT32: apply3_as<float>(dst, a, b, n, op); return true;
     case HVD_FLOAT64: apply3_as<double>(dst, a, b, n, op); return true;
+    case HVD_BOOL: apply3_as<bool>(dst, a, b, n, op); return true;
     default: return false;  // 16-bit floats: through float32 blocks
   }
 }
@@ -201,8 +210,8 @@ void scale_down(void* buf, size_t n, hvd_dtype_t t, double divisor) {
 size_t dtype_size(hvd_dtype_t t) {
   switch (t) {
     case hvd_dtype_int_range_: break;  // not a value (hvdrun.h): refused before it gets here
-    case HVD_INT8: case HVD_UINT8: return 1;
-    case HVD_FLOAT16: case HVD_BFLOAT16: return 2;
+    case HVD_INT8: case HVD_UINT8: case HVD_BOOL: return 1;
+    case HVD_FLOAT16: case HVD_BFLOAT16: case HVD_INT16: return 2;
     case HVD_INT32: case HVD_FLOAT32: return 4;
     case HVD_INT64: case HVD_FLOAT64: return 8;
   }
@@ -210,7 +219,7 @@ size_t dtype_size(hvd_dtype_t t) {
 }
 
 const char* dtype_name(hvd_dtype_t t) {
-  static const char* names[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  static const char* names[] = {"int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "int16", "bool"};
   return dtype_valid(t) ? names[t] : "invalid";
 }
 
@@ -219,7 +228,7 @@ const char* op_name(hvd_op_t op) {
   return op_valid(op) ? names[op] : "invalid";
 }
 
-bool dtype_valid(int t) { return t >= HVD_INT8 && t <= HVD_FLOAT64; }
+bool dtype_valid(int t) { return t >= HVD_INT8 && t <= HVD_BOOL; }
 bool op_valid(int op) { return op >= HVD_OP_SUM && op <= HVD_OP_PRODUCT; }
 bool dtype_is_float(hvd_dtype_t t) {
   return t == HVD_FLOAT16 || t == HVD_BFLOAT16 || t == HVD_FLOAT32 || t == HVD_FLOAT64;

@@ -343,6 +343,7 @@ Status Runtime::start_engine() {
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
   o.host_of = [this](int rank) { return peer_host(rank); };
   std::string tl = tunable_string("HVDRUN_TIMELINE");
+  if (tl == "DYNAMIC") tl.clear();  // Horovod's "started later by hvd.start_timeline": no file at init
   // The file is created once per process: hvd_init after hvd_shutdown goes on writing it
   // (its path exists by then, and Timeline::open never overwrites).
   if (!tl.empty() && (!timeline_ || timeline_->path() != Timeline::rank_path(tl, view_.rank))) {
@@ -363,6 +364,10 @@ Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
 }
 
 Result<hvd_handle_t> Runtime::submit(const char* what, Request r) {
+  for (size_t k = 0; r.spec.device && k < std::max<size_t>(1, r.spec.dtypes.size()); ++k)
+    if (auto t = r.spec.dtype_at(k); t == HVD_INT16 || t == HVD_BOOL)  // as Horovod's NCCL ops
+      return make_error(ErrorKind::kUnsupported, std::string(what) + ": NCCL has no " + dtype_name(t) +
+                                                     " type: move the tensor to the CPU or convert it");
   auto e = engine(what);
   if (!e) return e.error();
   return (*e)->submit(std::move(r));

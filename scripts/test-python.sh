@@ -9,6 +9,7 @@
 # Needs a full build in $BUILD_DIR (scripts/build.sh). HVDRUN_PYTHON_ONLY=debian|venv runs one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/python-installs.sh
 BUILD_DIR=${BUILD_DIR:-build}
 ONLY=${HVDRUN_PYTHON_ONLY:-}
 # pytest's own lines are the verdict; -p no:cacheprovider keeps the checkout clean.
@@ -16,30 +17,15 @@ PYTEST_ARGS=(-q -p no:cacheprovider tests/python "$@")
 
 if [ "$ONLY" != venv ]; then
   prefix=$PWD/$BUILD_DIR/_pyprefix
-  rm -rf "$prefix"
-  cmake --install "$BUILD_DIR" --prefix "$prefix" >/dev/null
-  pkg=$(cd "$prefix" && ls -d lib/python3*/dist-packages/hvdrun | head -1)
-  echo "test-python: /usr/bin/python3 ($(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)')), cmake --install, PYTHONPATH=$prefix/${pkg%/hvdrun}"
-  env -u HVDRUN_LIBRARY PYTHONPATH="$prefix/${pkg%/hvdrun}" HVDRUN_BIN="$prefix/bin/hvdrun" \
+  site=$(hvdrun_prefix_install "$BUILD_DIR" "$prefix")
+  echo "test-python: /usr/bin/python3 ($(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)')), cmake --install, PYTHONPATH=$site"
+  env -u HVDRUN_LIBRARY PYTHONPATH="$site" HVDRUN_BIN="$prefix/bin/hvdrun" \
     HVDRUN_EXPECT_LIBRARY_UNDER="$prefix" /usr/bin/python3 -m pytest "${PYTEST_ARGS[@]}"
 fi
 
 if [ "$ONLY" != debian ]; then
-  VENV=${HVDRUN_TORCH2_VENV:-$HOME/.cache/hvdrun/torch2}
-  # Pinned: a current PyTorch 2.x (the seed's scripts use 2.6; any 2.x from 1.13 on works).
-  PINS="torch==2.15.0 numpy==2.4.6 pytest==9.2.0 scikit-build-core==1.1.2"
-  if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.hvdrun-pins" 2>/dev/null)" != "$PINS" ]; then
-    echo "test-python: preparing $VENV ($PINS)"
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check $PINS
-    echo "$PINS" >"$VENV/.hvdrun-pins"
-  fi
-  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-  if command -v ccache >/dev/null; then
-    export CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-  fi
-  # The venv already holds the build backend: no download per install.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall .
+  VENV=$(hvdrun_torch2_venv)
+  hvdrun_pip_install "$VENV"
   rm -rf "$BUILD_DIR/wheels"
   "$VENV/bin/pip" wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w "$BUILD_DIR/wheels" .
   "$VENV/bin/python" - "$BUILD_DIR"/wheels/hvdrun-*.whl <<'PY'

@@ -46,6 +46,10 @@ typedef enum hvd_dtype {
   HVD_BFLOAT16 = 5,
   HVD_FLOAT32 = 6,
   HVD_FLOAT64 = 7,
+  HVD_INT16 = 8,
+  /* One byte, 0 or 1 (C's and torch's bool): sum and max are a logical or, product and min
+   * a logical and (as Horovod's Gloo build reduces bools). */
+  HVD_BOOL = 9,
   /* Not a dtype: gives the enum the range of int, so that a bad value a caller passes is
    * well-defined to check (and refused) on the C++ side of this API. */
   hvd_dtype_int_range_ = -2147483647 - 1
@@ -236,6 +240,7 @@ HVD_API void hvd_free(void* p);
 /* What this build has. */
 HVD_API int hvd_nccl_built(void);      /* 1 or 0 */
 HVD_API int hvd_cuda_built(void);      /* 1 or 0 */
+HVD_API int hvd_nccl_version(void);    /* NCCL_VERSION_CODE built against (21803: 2.18.3); 0 without NCCL */
 HVD_API const char* hvd_version(void); /* hvdrun's version, e.g. "0.1.0" */
 
 /* What the last failed call on this thread did wrong; "" when none. */

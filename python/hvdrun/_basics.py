@@ -73,22 +73,46 @@ def is_homogeneous() -> bool:
 
 
 def nccl_built() -> int:
-    """1 when libhvdrun was built with its NCCL backend, else 0 (Horovod returns an int)."""
-    return int(_capi.nccl_built())
+    """As Horovod's: the NCCL_VERSION_CODE libhvdrun was built against (e.g. 21803), 0
+    without NCCL (programs compare it with versions, as Horovod's tests do with 2700)."""
+    return _capi.nccl_version()
 
 
 def cuda_built() -> bool:
     return _capi.cuda_built()
 
 
+# Horovod's build and run queries answer as Horovod built for CPUs with Gloo (and without
+# MPI) answers under horovodrun: hvdrun's TCP ring is the CPU transport that build's Gloo
+# is, and programs (Horovod's own tests among them) pick their paths by these answers.
 def mpi_built() -> bool:
     return False
 
 
-def gloo_built() -> bool:
-    """hvdrun's CPU ring is not Gloo, but it is the CPU transport Horovod's Gloo build offers."""
+def mpi_enabled() -> bool:
     return False
 
 
+def gloo_built() -> bool:
+    return True
+
+
+def gloo_enabled() -> bool:
+    return True
+
+
 def mpi_threads_supported() -> bool:
+    """Raises ValueError, as Horovod does when MPI is not enabled."""
+    raise ValueError("Horovod MPI is not enabled; Please make sure it's installed and enabled.")
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def rocm_built() -> bool:
     return False

@@ -45,10 +45,11 @@ HOSTS_ADDED = 1
 HOSTS_REMOVED = 2
 
 # hvd_dtype_t
-INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
+INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, INT16, BOOL = range(10)
 DTYPE_NAMES = {INT8: "int8", UINT8: "uint8", INT32: "int32", INT64: "int64", FLOAT16: "float16",
-               BFLOAT16: "bfloat16", FLOAT32: "float32", FLOAT64: "float64"}
-DTYPE_SIZES = {INT8: 1, UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8}
+               BFLOAT16: "bfloat16", FLOAT32: "float32", FLOAT64: "float64", INT16: "int16", BOOL: "bool"}
+DTYPE_SIZES = {INT8: 1, UINT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8, INT16: 2,
+               BOOL: 1}
 # hvd_op_t
 OP_SUM, OP_AVERAGE, OP_MIN, OP_MAX, OP_PRODUCT = range(5)
 
@@ -100,6 +101,7 @@ _PROTOTYPES = {
     "hvd_wait_result": (ctypes.c_int, [_c_handle, ctypes.c_void_p]),
     "hvd_nccl_built": (ctypes.c_int, []),
     "hvd_cuda_built": (ctypes.c_int, []),
+    "hvd_nccl_version": (ctypes.c_int, []),
     "hvd_version": (ctypes.c_char_p, []),
     # Elastic jobs (older libraries lack them: then no job is elastic).
     "hvd_elastic": (ctypes.c_int, []),
@@ -225,6 +227,11 @@ def topology(which: str) -> int:
 
 def nccl_built() -> bool:
     return has("hvd_nccl_built") and bool(_fn("hvd_nccl_built")())
+
+
+def nccl_version() -> int:
+    """NCCL_VERSION_CODE libhvdrun was built against; 0 without NCCL."""
+    return int(_fn("hvd_nccl_version")()) if has("hvd_nccl_version") else 0
 
 
 def cuda_built() -> bool:

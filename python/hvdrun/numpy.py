@@ -30,7 +30,8 @@ _OPS = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Produc
 
 _DTYPES = {np.dtype(np.int8): _capi.INT8, np.dtype(np.uint8): _capi.UINT8, np.dtype(np.int32): _capi.INT32,
            np.dtype(np.int64): _capi.INT64, np.dtype(np.float16): _capi.FLOAT16,
-           np.dtype(np.float32): _capi.FLOAT32, np.dtype(np.float64): _capi.FLOAT64}
+           np.dtype(np.float32): _capi.FLOAT32, np.dtype(np.float64): _capi.FLOAT64,
+           np.dtype(np.int16): _capi.INT16, np.dtype(np.bool_): _capi.BOOL}
 
 
 def _dtype(a: np.ndarray, what: str) -> int:

@@ -102,6 +102,11 @@ TEST(CApi, VersionAndBuildQueries) {
   if (!hvd_cuda_built()) {
     EXPECT_EQ(hvd_nccl_built(), 0);
   }
+  // Horovod's nccl_built(): the version code (2.x.y: 2xxyy) with NCCL, 0 without.
+  if (hvd_nccl_built())
+    EXPECT_GE(hvd_nccl_version(), 20000);
+  else
+    EXPECT_EQ(hvd_nccl_version(), 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "collectives/dtype.h"
@@ -29,7 +30,7 @@ void fill(std::vector<unsigned char>& v, unsigned seed) {
 
 TEST(ReduceKernels, ReducePairIsCopyThenReduceBitwise) {
   const hvd_dtype_t dtypes[] = {HVD_INT8, HVD_UINT8, HVD_INT32, HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32,
-                                HVD_FLOAT64};
+                                HVD_FLOAT64, HVD_INT16};
   const hvd_op_t ops[] = {HVD_OP_SUM, HVD_OP_AVERAGE, HVD_OP_MIN, HVD_OP_MAX, HVD_OP_PRODUCT};
   for (auto t : dtypes)
     for (auto op : ops) {
@@ -94,6 +95,30 @@ TEST(ReduceKernels, IntegerOverflowWrapsAround) {
   std::vector<int64_t> c{std::numeric_limits<int64_t>::max()}, d{1};
   reduce_into(c.data(), d.data(), 1, HVD_INT64, HVD_OP_SUM);
   EXPECT_EQ(c[0], std::numeric_limits<int64_t>::min());
+}
+
+// torch.bool (one byte, 0 or 1): sum and max are a logical or, product and min a logical
+// and; the result stays 0 or 1. int16 wraps around like the other integers.
+TEST(ReduceKernels, BoolIsLogicalAndInt16Wraps) {
+  EXPECT_EQ(dtype_size(HVD_BOOL), 1u);
+  EXPECT_EQ(dtype_size(HVD_INT16), 2u);
+  EXPECT_STREQ(dtype_name(HVD_BOOL), "bool");
+  EXPECT_STREQ(dtype_name(HVD_INT16), "int16");
+  const std::vector<unsigned char> a{0, 0, 1, 1}, b{0, 1, 0, 1};
+  const std::pair<hvd_op_t, std::vector<unsigned char>> cases[] = {
+      {HVD_OP_SUM, {0, 1, 1, 1}}, {HVD_OP_MAX, {0, 1, 1, 1}}, {HVD_OP_PRODUCT, {0, 0, 0, 1}}, {HVD_OP_MIN, {0, 0, 0, 1}}};
+  for (const auto& [op, want] : cases) {
+    std::vector<unsigned char> pair(4), into = a;
+    reduce_pair(pair.data(), a.data(), b.data(), 4, HVD_BOOL, op);
+    reduce_into(into.data(), b.data(), 4, HVD_BOOL, op);
+    EXPECT_EQ(pair, want) << op_name(op);
+    EXPECT_EQ(into, want) << op_name(op);
+  }
+  std::vector<int16_t> x{32767, -32768, 300}, y{1, -1, 300}, z(3);
+  reduce_pair(z.data(), x.data(), y.data(), 3, HVD_INT16, HVD_OP_SUM);
+  EXPECT_EQ(z, (std::vector<int16_t>{-32768, 32767, 600}));
+  reduce_pair(z.data(), x.data(), y.data(), 3, HVD_INT16, HVD_OP_PRODUCT);
+  EXPECT_EQ(z, (std::vector<int16_t>{32767, -32768, 24464}));  // 90000 mod 2^16
 }
 
 }  // namespace

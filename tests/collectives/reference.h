@@ -43,6 +43,8 @@ inline void store(void* buf, size_t i, hvd_dtype_t t, double v) {
     case HVD_BFLOAT16: static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v)); break;
     case HVD_FLOAT32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
     case HVD_FLOAT64: static_cast<double*>(buf)[i] = v; break;
+    case HVD_INT16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
+    case HVD_BOOL: static_cast<bool*>(buf)[i] = v != 0; break;
   }
 }
 
@@ -57,6 +59,8 @@ inline double load(const void* buf, size_t i, hvd_dtype_t t) {
     case HVD_BFLOAT16: return bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
     case HVD_FLOAT32: return static_cast<const float*>(buf)[i];
     case HVD_FLOAT64: return static_cast<const double*>(buf)[i];
+    case HVD_INT16: return static_cast<const int16_t*>(buf)[i];
+    case HVD_BOOL: return static_cast<const bool*>(buf)[i];
   }
   return 0;
 }

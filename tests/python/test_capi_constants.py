@@ -45,7 +45,7 @@ def test_every_error_dtype_and_op_of_the_header_has_its_number_in_capi() -> None
 def test_capi_has_no_number_the_header_lacks() -> None:
     from hvdrun import _capi
     c = header_constants()
-    ours = [n for n in vars(_capi) if re.fullmatch(r"(SUCCESS|ERR_[A-Z_]+|OP_[A-Z]+|U?INT\d+|B?FLOAT\d+)", n)]
+    ours = [n for n in vars(_capi) if re.fullmatch(r"(SUCCESS|ERR_[A-Z_]+|OP_[A-Z]+|U?INT\d+|B?FLOAT\d+|BOOL)", n)]
     assert ours, "no constants found in _capi"
     for n in ours:
         assert "HVD_" + n in c, f"_capi.{n} has no HVD_{n} in hvdrun.h"
@@ -56,5 +56,5 @@ def test_error_names_and_dtype_tables_cover_the_header() -> None:
     c = header_constants()
     errors = {v: n for n, v in c.items() if n.startswith("HVD_ERR_")}
     assert _capi._ERR_NAMES == errors
-    dtypes = {v for n, v in c.items() if re.fullmatch(r"HVD_(U?INT|B?FLOAT)\d+", n)}
+    dtypes = {v for n, v in c.items() if re.fullmatch(r"HVD_((U?INT|B?FLOAT)\d+|BOOL)", n)}
     assert set(_capi.DTYPE_NAMES) == dtypes and set(_capi.DTYPE_SIZES) == dtypes

@@ -16,6 +16,10 @@ from hvdrun.torch.mpi_ops import (Average, Max, Min, Product, ProcessSet, Sum, a
                                   grouped_allreduce_async_, init, is_homogeneous, is_initialized, join,
                                   local_rank, local_size, mpi_built, mpi_threads_supported, nccl_built, poll,
                                   rank, reducescatter, reducescatter_async, shutdown, size, synchronize)
+from hvdrun.torch.mpi_ops import Adasum, ccl_built, ddl_built, gloo_enabled, mpi_enabled, rocm_built
+from hvdrun.torch.grouped_ops import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,
+                                      grouped_reducescatter_async)
+from hvdrun.torch.sparse_ops import sparse_allreduce_async
 from hvdrun.torch.optimizer import DistributedOptimizer
 from hvdrun.torch.sync_batch_norm import SyncBatchNorm
 from hvdrun.torch import elastic  # noqa: E402  (hvd.elastic.run, as horovod.torch has it)
@@ -31,4 +35,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "is_homogeneous", "nccl_built", "cuda_built", "mpi_built", "gloo_built", "mpi_threads_supported",
     "DistributedOptimizer", "SyncBatchNorm", "elastic",
+    "Adasum", "ccl_built", "ddl_built", "gloo_enabled", "mpi_enabled", "rocm_built",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "sparse_allreduce_async",
 ]

@@ -22,11 +22,14 @@ Min = _capi.OP_MIN
 Max = _capi.OP_MAX
 Product = _capi.OP_PRODUCT
 _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max", Product: "Product"}
+# Horovod's Adasum: an op of its own, which Horovod's CPU build runs only with MPI (its Gloo
+# build has none) and hvdrun not at all: every collective refuses it. No HVD_OP_ is 5.
+Adasum = 5
 
 _DTYPES: Dict[torch.dtype, int] = {
     torch.int8: _capi.INT8, torch.uint8: _capi.UINT8, torch.int32: _capi.INT32, torch.int64: _capi.INT64,
     torch.float16: _capi.FLOAT16, torch.bfloat16: _capi.BFLOAT16, torch.float32: _capi.FLOAT32,
-    torch.float64: _capi.FLOAT64,
+    torch.float64: _capi.FLOAT64, torch.int16: _capi.INT16, torch.bool: _capi.BOOL,
 }
 
 
@@ -70,6 +73,8 @@ def handle_average_backwards_compatibility(op: Optional[int], average: Optional[
         op = Average if average else Sum
     else:
         op = Average
+    if op == Adasum:
+        raise InvalidArgumentError("op hvd.Adasum: hvdrun has no Adasum (Horovod runs it on CPUs only with MPI)")
     if op not in _OP_NAMES:
         raise InvalidArgumentError(f"op {op!r}: expected hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product")
     return int(op)

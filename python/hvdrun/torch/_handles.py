@@ -67,6 +67,40 @@ def release_all() -> int:
     return n
 
 
+def _combine(what: str, submits: List[Callable[[], int]]) -> int:
+    """Submits the parts (each call returns a handle) and returns one handle for them all:
+    synchronize() returns their outputs as a list (and raises the first failure after every
+    part has been waited for, so that none is left pending). A part refused at submission
+    raises here, after the parts already submitted have finished."""
+    handles: List[int] = []
+    try:
+        for submit in submits:
+            handles.append(submit())
+    except HorovodInternalError:
+        for h in handles:
+            try:
+                synchronize(h)
+            except HorovodInternalError:
+                pass
+        raise
+    with _lock:
+        parts = [_pending.pop(h) for h in handles]
+
+    def finish(p: _Pending) -> List[Any]:
+        outs: List[Any] = []
+        err: Optional[BaseException] = None
+        for q in parts:
+            try:
+                outs.append(q.finish(q))
+            except HorovodInternalError as e:
+                err = err or e
+        if err is not None:
+            raise err
+        return outs
+
+    return _register(_Pending(what, [c for q in parts for c in q.c_handles], tuple(q.keep for q in parts), finish))
+
+
 def poll(handle: int) -> bool:
     """Whether the asynchronous operation `handle` has finished (synchronize() then does
     not block)."""

@@ -11,11 +11,14 @@ from hvdrun._basics import size
 from hvdrun.torch._arguments import Average, Sum
 
 def _scale(t: torch.Tensor, factor: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """t * factor in t's own dtype, as Horovod's ScaleBuffer: a floating tensor in its
-    precision (float16 through float32), an integer one through float64, truncated toward
-    zero (copy_ casts as C does)."""
+    """t * factor in t's own dtype, as Horovod's ScaleBuffer on CPUs: a float32 or float64
+    tensor in its precision, a 16-bit float one in float32 (torch would round the factor to
+    the 16-bit type), an integer one through float64, truncated toward zero (copy_ casts as
+    C does)."""
     if out is None:
         out = torch.empty_like(t, memory_format=torch.contiguous_format)
+    if t.is_floating_point() and t.element_size() == 2:
+        return out.copy_(t.float().mul_(factor))
     if t.is_floating_point():
         return torch.mul(t, factor, out=out)
     return out.copy_(t.double().mul_(factor))

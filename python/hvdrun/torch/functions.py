@@ -124,12 +124,16 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
 
 def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> List[Any]:
-    """Every rank's `obj` (any picklable object), as a list by rank."""
+    """Every rank's `obj` (any picklable object), as a list by rank. Named, as Horovod names
+    it, after the object's type by default: the ranks pair it by that name even when their
+    unnamed operations went out of step (an allgather refused on some ranks only, as while
+    another rank has joined)."""
     _check_process_set(process_set)
+    name = type(obj).__name__ if name is None else name
     data = _pickler.dumps(obj)
     t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=None if name is None else name + ".sz")
-    gathered = allgather(t, name=None if name is None else name + ".t").numpy().tobytes()
+    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz")
+    gathered = allgather(t, name=name + ".t").numpy().tobytes()
     out, start = [], 0
     for i in range(size()):
         n = int(sizes[i])

@@ -23,12 +23,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from hvdrun import _capi
-from hvdrun._basics import (cross_rank, cross_size, cuda_built, gloo_built, init, is_homogeneous, is_initialized,
-                            local_rank, local_size, mpi_built, mpi_threads_supported, nccl_built, rank,
-                            require_init, shutdown, size)
+from hvdrun._basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+                            is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                            mpi_threads_supported, nccl_built, rank, require_init, rocm_built, shutdown, size)
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
-from hvdrun.torch._arguments import (Average, Max, Min, Product, ProcessSet, Sum, _buffer_dtype, _check_process_set,
-                                     _dtype_of, _factor, _root, global_process_set,
+from hvdrun.torch._arguments import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, _buffer_dtype,
+                                     _check_process_set, _dtype_of, _factor, _root, global_process_set,
                                      handle_average_backwards_compatibility)
 from hvdrun.torch._handles import _Pending, _op_name, _register, _wait_all, poll, synchronize
 from hvdrun.torch._scaling import _group_scalings, _scale, _scaling
@@ -37,7 +37,8 @@ from hvdrun.torch.compression import Compression
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "is_homogeneous", "nccl_built", "cuda_built", "mpi_built", "gloo_built", "mpi_threads_supported",
-    "Average", "Sum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
+    "mpi_enabled", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "Adasum", "Average", "Sum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
@@ -429,11 +430,7 @@ def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[
     split among them, rank r getting rows/size() rows, one more when r < rows % size()."""
     require_init()
     _check_process_set(process_set)
-    _dtype_of(tensor, "reducescatter")
-    if op not in (Sum, Average):  # as Horovod: "Reducescatter currently only supports AVERAGE and SUM"
-        raise InvalidArgumentError(f"reducescatter: op {op!r}: expected hvd.Average or hvd.Sum")
-    if tensor.dim() == 0:
-        raise InvalidArgumentError("reducescatter: the tensor needs at least one dimension")
+    _check_reducescatter(tensor, op, "reducescatter")
     sc = _scaling(tensor, op, _factor("reducescatter", "prescale_factor", prescale_factor),
                   _factor("reducescatter", "postscale_factor", postscale_factor), native=False)
     rows, row_elems = _rows(tensor)
@@ -453,22 +450,33 @@ def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[
     return _register(_Pending(f"reducescatter {full!r}", [c], (tensor, sc.send, output), finish))
 
 
+def _check_reducescatter(tensor: torch.Tensor, op: int, what: str) -> None:
+    _dtype_of(tensor, what)
+    if op not in (Sum, Average):  # as Horovod: "Reducescatter currently only supports AVERAGE and SUM"
+        raise InvalidArgumentError(f"{what}: op {op!r}: expected hvd.Average or hvd.Sum")
+    if tensor.dim() == 0:
+        raise InvalidArgumentError(f"{what}: a scalar cannot be scattered: the tensor needs at least one dimension")
+
+
+def _reducescatter_grad_scale(op: int, prescale_factor: float, postscale_factor: float) -> float:
+    """Horovod's factor on a reducescatter's gradient before it is gathered: size() for Sum
+    (1 for Average), times the prescale and postscale factors."""
+    return (size() if op == Sum else 1) * float(prescale_factor) * float(postscale_factor)
+
+
 class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
                 postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
         out = synchronize(reducescatter_async(tensor, op, name, prescale_factor=prescale_factor,
                                               postscale_factor=postscale_factor))
-        ctx.op, ctx.scale = op, float(prescale_factor) * float(postscale_factor)
+        ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
-        grad = allgather(grad_output.contiguous())
-        scale = ctx.scale / size() if ctx.op == Average else ctx.scale
-        if scale != 1.0:
-            grad = grad * scale
-        return grad, None, None, None, None
+        grad = grad_output.contiguous()
+        return allgather(grad * ctx.scale if ctx.scale != 1.0 else grad), None, None, None, None
 
 
 def reducescatter(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,

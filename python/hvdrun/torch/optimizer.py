@@ -17,8 +17,9 @@ import torch
 from hvdrun import _env
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import broadcast_object
-from hvdrun.torch.mpi_ops import (Average, ProcessSet, _check_process_set, allgather_async, allreduce_async_,
-                                  global_process_set, grouped_allreduce_async_, size, synchronize)
+from hvdrun.torch.mpi_ops import (Average, ProcessSet, _check_process_set, allreduce_async_, global_process_set,
+                                  grouped_allreduce_async_, size, synchronize)
+from hvdrun.torch.sparse_ops import sparse_allreduce_async
 
 
 def _split_list(items: List[Any], n: int) -> List[List[Any]]:
@@ -142,20 +143,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return handle, ctx
 
     def _sparse_allreduce_grad_async(self, p: torch.Tensor, name: Optional[str]) -> Tuple[Any, Any]:
-        """A sparse gradient: every rank's indices and values gathered (their counts may
-        differ), summed where indices repeat (divided by size() for Average)."""
-        grad = p.grad.coalesce()
-        indices_handle = allgather_async(grad.indices().t().contiguous(), name=f"{name}.indices")
-        values_handle = allgather_async(grad.values().contiguous(), name=f"{name}.values")
-
-        def handle() -> torch.Tensor:
-            indices = synchronize(indices_handle).t()
-            values = synchronize(values_handle)
-            if self.op == Average:
-                values = values / size()
-            return torch.sparse_coo_tensor(indices, values, grad.size())
-
-        return handle, None
+        """A sparse gradient: hvd.sparse_allreduce_async's callable."""
+        return sparse_allreduce_async(p.grad, name=name, op=self.op), None
 
     def _grouped_allreduce_grad_async(self, ps: Tuple[torch.Tensor, ...]) -> Tuple[int, Any]:
         for p in ps:

@@ -140,9 +140,9 @@ def bad_arguments_refused_by_the_call():
                                    "postscale_factor None"),
         "bcast_root_text": (lambda nm: hvd.broadcast_async(f, "0", name=nm), "root_rank '0'"),
         # A bad entry late in the list: the earlier ones must not have been broadcast.
-        "bp_int16": (lambda nm: hvd.broadcast_parameters([(nm + ".a", f.clone()), (nm + ".b", torch.ones(2)),
-                                                          (nm + ".c", torch.ones(2, dtype=torch.int16))], 0),
-                     "int16 is not supported"),
+        "bp_complex": (lambda nm: hvd.broadcast_parameters([(nm + ".a", f.clone()), (nm + ".b", torch.ones(2)),
+                                                            (nm + ".c", torch.ones(2, dtype=torch.complex64))], 0),
+                       "complex64 is not supported"),
         "bp_name_twice": (lambda nm: hvd.broadcast_parameters([(nm, f.clone()), (nm, torch.ones(2))], 0),
                           "more than once"),
         "bp_root": (lambda nm: hvd.broadcast_parameters({nm: f.clone()}, n), f"root_rank {n}"),

@@ -1,0 +1,80 @@
+"""Helpers of scripts/test-horovod-suite.sh.
+
+  list FILE...            the unittest test ids (file::Class::test) the files hold
+  stdlib-only FILE        rewrites FILE (Horovod's test/utils/common.py) without its imports of
+                          what is not Python's own (cloudpickle, mock, horovod.runner: Horovod's
+                          launcher's test helpers, which the torch tests do not call)
+  verdict DIR NP RC       one job's verdict from its ranks' files (see horovod_suite_conftest.py)
+  summary DIR LABEL       the counts and names of one configuration's verdicts
+"""
+import ast
+import os
+import sys
+
+
+def list_tests(files):
+    for path in files:
+        tree = ast.parse(open(path).read())
+        for cls in tree.body:
+            if isinstance(cls, ast.ClassDef):
+                for fn in cls.body:
+                    if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test"):
+                        print(f"{os.path.basename(path)}::{cls.name}::{fn.name}")
+
+
+def stdlib_only(path):
+    src = open(path).read()
+    lines = src.splitlines(keepends=True)
+    for node in reversed(ast.parse(src).body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not all(m.split(".")[0] in sys.stdlib_module_names for m in mods):
+                del lines[node.lineno - 1:node.end_lineno]
+    open(path, "w").write("".join(lines))
+
+
+def verdict(out_dir, np_, rc):
+    if rc in (124, 137):
+        return "hung", "killed after the per-test timeout"
+    ranks = []
+    for r in range(np_):
+        p = os.path.join(out_dir, f"rank-{r}")
+        if not os.path.exists(p):
+            return "failed", f"rank {r} reported nothing (job exit {rc})"
+        kind, _, reason = open(p).read().strip().partition(" ")
+        ranks.append((kind, reason, r))
+    for kind, reason, r in ranks:
+        if kind == "failed":
+            return "failed", f"rank {r}: {reason}"
+    kinds = {k for k, _, _ in ranks}
+    if kinds == {"passed"}:
+        return ("passed", "") if rc == 0 else ("failed", f"every rank passed but the job exited {rc}")
+    if kinds == {"skipped"}:
+        return "skipped", ranks[0][1]
+    return "failed", "ranks disagree: " + ", ".join(f"rank {r} {k}" for k, _, r in ranks)
+
+
+def summary(res_dir, label):
+    rows = {}
+    for name in sorted(n for n in os.listdir(res_dir) if not n.endswith(".log")):
+        kind, _, reason = open(os.path.join(res_dir, name)).read().strip().partition(" ")
+        rows.setdefault(kind, []).append((name, reason))
+    counts = ", ".join(f"{len(rows.get(k, []))} {k}" for k in ("passed", "failed", "skipped", "hung"))
+    print(f"== {label}: {counts}")
+    for kind in ("failed", "hung", "skipped"):
+        for name, reason in rows.get(kind, []):
+            print(f"  {kind.upper():7} {name}: {reason}")
+    print("  PASSED  " + " ".join(n.split("::")[-1] for n, _ in rows.get("passed", [])))
+    return 1 if rows.get("failed") or rows.get("hung") else 0
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "list":
+        list_tests(args)
+    elif cmd == "stdlib-only":
+        stdlib_only(args[0])
+    elif cmd == "verdict":
+        print(" ".join(verdict(args[0], int(args[1]), int(args[2]))).strip())
+    elif cmd == "summary":
+        sys.exit(summary(args[0], args[1]))

@@ -60,6 +60,7 @@ class FakeLink : public HostLink {
   FakeLink() {
     AgentHello h;
     h.version = HVDRUN_VERSION_STRING;
+    h.facts.protocol = agentwire::kProtocol;
     pending_ = agentwire::encode(Type::kHello, encode_hello(h));
   }
   const std::string& label() const override { return label_; }

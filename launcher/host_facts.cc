@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -150,7 +151,11 @@ PythonFacts probe_python_facts(const std::string& python, const std::vector<std:
   req.env = env;
   auto run = run_captured(req, timeout_s);
   if (!run) return {"", "", "", "cannot run " + python + ": " + run.error().message};
-  if (run->timed_out) return {"", "", "", python + " did not answer within " + std::to_string(int(timeout_s)) + " s"};
+  if (run->timed_out) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", timeout_s);
+    return {"", "", "", python + " did not answer within " + buf + " s"};
+  }
   auto lines = split(run->out, '\n');
   if (!WIFEXITED(run->status) || WEXITSTATUS(run->status) != 0 || lines.size() < 3) {
     auto err = split(std::string(trim(run->err)), '\n');

@@ -24,7 +24,7 @@ struct PreflightHost {
   int slots = 0;     // the job's ranks there
   HostFacts facts;
   std::vector<InterfaceAddress> addrs;  // the host's addresses (the hello's)
-  double clock_offset = 0;              // its clock minus hvdrun's, seconds
+  double clock_offset = 0;              // its clock minus hvdrun's, at least (s; 0: within the error)
   bool has_python = false;              // python: probed (a Python command)
   PythonFacts python;
 };

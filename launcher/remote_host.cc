@@ -17,19 +17,26 @@ namespace hvdrun {
 
 using agentwire::Type;
 
+namespace {
+double wall_clock_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+// The host's clock, read between `opened` and `heard` on ours, is at least this far off
+// ours: 0 when it fell between them (a loaded machine that reads the hello late is no skew).
+double clock_offset_at_least(double theirs, double opened, double heard) {
+  if (theirs > heard) return theirs - heard;
+  if (theirs < opened) return theirs - opened;
+  return 0;
+}
+}  // namespace
+
 RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
-    : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
+    : host_(std::move(host)), settings_(std::move(settings)), starter_(starter), created_(wall_clock_now()) {}
 
 RemoteHost::~RemoteHost() {
   join();
   close();
 }
-
-namespace {
-double wall_clock_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   auto link = starter_.open(host_, deadline);
@@ -42,7 +49,7 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   auto h = decode_hello(f->payload);
   if (!h) return make_error(ErrorKind::kLaunchFailed, link_->label() + ": " + h.error().message);
   hello_ = *h;
-  clock_offset_ = hello_.facts.clock > 0 ? hello_.facts.clock - wall_clock_now() : 0;
+  clock_offset_ = hello_.facts.clock > 0 ? clock_offset_at_least(hello_.facts.clock, created_, wall_clock_now()) : 0;
   // Another version that speaks this protocol is the pre-flight check's to judge (a warning).
   if (hello_.facts.protocol != agentwire::kProtocol)
     return error_of(ErrorKind::kLaunchFailed, link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +

@@ -251,6 +251,9 @@ JobRun::Stop JobRun::make_the_plan() {
     std::string text = dry_run_text(*plan, opts.command);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+    if (size_t n = split_hosts(*plan).remote_names.size(); n > 0 && !opts.no_preflight)
+      std::fprintf(stderr, "hvdrun: --dry-run: a launch would first compare the hosts (the pre-flight check, with %zu "
+                   "remote host(s); --check prints it, --no-preflight skips it)\n", n);
     return 0;
   }
   return {};

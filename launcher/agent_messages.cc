@@ -43,6 +43,34 @@ Result<T> decode_report(const std::string& text, const char* what, Fill fill) {
   return t;
 }
 
+nlohmann::json facts_json(const HostFacts& f) {
+  nlohmann::json gpus = nlohmann::json::array(), ifaces = nlohmann::json::array();
+  for (const auto& g : f.gpus) gpus.push_back({{"model", g.model}, {"bus", g.bus}, {"numa", g.numa_node}});
+  for (const auto& i : f.ifaces) ifaces.push_back({{"name", i.name}, {"up", i.up}});
+  return {{"protocol", f.protocol}, {"build", f.build}, {"driver", f.gpu_driver}, {"gpus", gpus},
+          {"ifaces", ifaces}, {"shm_free", f.shm_free}, {"nofile", f.nofile}, {"nproc", f.nproc}, {"clock", f.clock}};
+}
+
+// A field that is missing or of another type takes its default, as for the reports.
+HostFacts facts_of(const nlohmann::json& j, const std::string& version) {
+  HostFacts f;
+  f.version = version;
+  if (!j.is_object()) return f;
+  f.protocol = field(j, "protocol", 0);
+  f.build = field(j, "build", f.build);
+  f.gpu_driver = field(j, "driver", f.gpu_driver);
+  for (const auto& g : j.contains("gpus") && j["gpus"].is_array() ? j["gpus"] : nlohmann::json::array())
+    if (g.is_object()) f.gpus.push_back({field(g, "model", std::string()), field(g, "bus", std::string()), field(g, "numa", -1)});
+  for (const auto& i : j.contains("ifaces") && j["ifaces"].is_array() ? j["ifaces"] : nlohmann::json::array())
+    if (i.is_object()) f.ifaces.push_back({field(i, "name", std::string()), field(i, "up", false)});
+  f.shm_free = field(j, "shm_free", f.shm_free);
+  f.nofile = field(j, "nofile", f.nofile);
+  f.nproc = field(j, "nproc", f.nproc);
+  auto clock = j.find("clock");
+  f.clock = clock != j.end() && clock->is_number() ? clock->get<double>() : 0;
+  return f;
+}
+
 }  // namespace
 
 std::string encode_job(const AgentJob& job) {
@@ -52,6 +80,7 @@ std::string encode_job(const AgentJob& job) {
   j["kill_grace"] = job.kill_grace;
   j["heartbeat_timeout"] = job.heartbeat_timeout;
   j["stdin"] = job.stdin_to_rank0;
+  j["python_facts"] = job.python_facts;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
   return j.dump();
@@ -66,6 +95,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.kill_grace = j.at("kill_grace").get<double>();
     job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
     job.stdin_to_rank0 = j.at("stdin").get<bool>();
+    job.python_facts = j.value("python_facts", false);
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});
@@ -86,7 +116,8 @@ std::string encode_hello(const AgentHello& h) {
                         {"ifaces", ifaces},
                         {"free_port", h.free_port},
                         {"launcher_addr", h.launcher_addr},
-                        {"host_addr", h.host_addr}}
+                        {"host_addr", h.host_addr},
+                        {"facts", facts_json(h.facts)}}
       .dump();
 }
 
@@ -112,10 +143,26 @@ Result<AgentHello> decode_hello(const std::string& text) {
     h.free_port = j.value("free_port", 0);
     h.launcher_addr = j.value("launcher_addr", "");
     h.host_addr = j.value("host_addr", "");
+    h.facts = facts_of(j.contains("facts") ? j["facts"] : nlohmann::json(), h.version);
     return h;
   } catch (const std::exception& e) {
     return make_error(ErrorKind::kMalformed, std::string("bad hello from the agent: ") + e.what());
   }
+}
+
+std::string encode_ready(const AgentReady& r) {
+  if (!r.has_python) return "";
+  const PythonFacts& p = r.python;
+  return nlohmann::json{{"python", p.python}, {"torch", p.torch}, {"torch_cuda", p.torch_cuda}, {"error", p.error}}.dump();
+}
+
+Result<AgentReady> decode_ready(const std::string& text) {
+  if (text.empty()) return AgentReady{};
+  return decode_report<AgentReady>(text, "ready", [](const nlohmann::json& j, AgentReady& v) {
+    v.has_python = true;
+    v.python = {field(j, "python", std::string()), field(j, "torch", std::string()),
+                field(j, "torch_cuda", std::string()), field(j, "error", std::string())};
+  });
 }
 
 std::string encode_attach(const AgentAttach& a) {

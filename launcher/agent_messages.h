@@ -9,6 +9,7 @@
 #include "common/net.h"
 #include "common/result.h"
 #include "launcher/exit_status.h"
+#include "launcher/host_facts.h"
 
 namespace hvdrun {
 
@@ -19,6 +20,7 @@ struct AgentJob {
   double kill_grace = 5;
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
   bool stdin_to_rank0 = false;    // rank 0 is here and hvdrun relays its stdin (kStdin)
+  bool python_facts = false;      // the pre-flight check wants the Python's facts (kReady)
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;
@@ -39,9 +41,19 @@ struct AgentHello {
   // Set when the connection itself says (the agent dialed back to hvdrun, or libssh's
   // socket): the launcher's address as this host reached it, and this host's.
   std::string launcher_addr, host_addr;
+  HostFacts facts;  // for the pre-flight check (an older agent's: version only)
 };
 std::string encode_hello(const AgentHello& h);
 Result<AgentHello> decode_hello(const std::string& json);
+
+// kReady: the host is prepared; for a Python command, that Python's facts (the job names
+// the command and its PATH). An empty payload: no Python command.
+struct AgentReady {
+  bool has_python = false;
+  PythonFacts python;
+};
+std::string encode_ready(const AgentReady& r);
+Result<AgentReady> decode_ready(const std::string& json);
 
 // The first frame of an agent that dialed back to hvdrun (kAttach): the one-job token it
 // was given and which of the started agents it is.

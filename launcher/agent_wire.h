@@ -5,7 +5,8 @@
 // (fuzzed: tests/fuzz/agent_wire_fuzzer.cc); kOutput and kSignal are binary (below).
 //
 //   agent -> hvdrun: kAttach (only on a connection it dialed, first: the job's token, its
-//                    task and node), kHello (JSON: its node, network stack and addresses), kReady,
+//                    task and node), kHello (JSON: its node, network stack, addresses and host facts),
+//                    kReady (JSON: the Python facts of a Python command, or empty),
 //                    kSetupError (JSON: message, code, kind), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code,
 //                    lost_contact_s), kExited (JSON: rank), kSlurmSignal (JSON: signal),
@@ -60,6 +61,10 @@ inline constexpr double kHeartbeatInterval = 2.0;  // seconds
 inline constexpr size_t kStdinWindow = 4u << 20;  // bytes of stdin in flight to an agent
 
 inline constexpr uint32_t kMaxFrame = 64u << 20;
+// The agent protocol's version, in every hello (HostFacts::protocol): hvdrun and an agent
+// of another version talk when theirs are equal. Raise it with any change to a frame or a
+// message that the other side would misread.
+inline constexpr int kProtocol = 1;
 
 struct Frame {
   Type type;

@@ -75,37 +75,12 @@ Result<std::string> real_horovod_location(const std::string& python, const std::
   req.exe = *exe;
   req.argv = {python, "-c", kProbe};
   req.env = env;
-  auto w = spawn_worker(req);
-  if (!w) return make_error(ErrorKind::kLaunchFailed,
-                            "--horovod-compat: cannot run " + python + ": " + w.error().message);
-  std::string out, err;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  bool out_open = true, err_open = true, timed_out = false;
-  while (out_open || err_open) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd fds[2] = {{out_open ? w->out.get() : -1, POLLIN, 0}, {err_open ? w->err.get() : -1, POLLIN, 0}};
-    int r = poll(fds, 2, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) break;
-    char buf[4096];
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        (i == 0 ? out : err).append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        (i == 0 ? out_open : err_open) = false;
-      }
-    }
-  }
-  if (timed_out) kill(-w->pid, SIGKILL);
-  int status = 0;
-  while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  auto run = run_captured(req, timeout_s);
+  if (!run) return make_error(ErrorKind::kLaunchFailed,
+                              "--horovod-compat: cannot run " + python + ": " + run.error().message);
+  const std::string &out = run->out, &err = run->err;
+  bool timed_out = run->timed_out;
+  int status = run->status;
   if (timed_out)
     return make_error(ErrorKind::kLaunchFailed, "--horovod-compat: " + python + " did not say within " +
                                                      std::to_string(int(timeout_s)) + " s whether a real Horovod is importable");

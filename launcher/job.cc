@@ -39,6 +39,7 @@
 #include "launcher/log_sink.h"
 #include "launcher/horovod_compat.h"
 #include "launcher/host_preparation.h"
+#include "launcher/job_preflight.h"
 #include "launcher/output_sink.h"
 #include "launcher/spawn.h"
 #include "launcher/watchdog.h"
@@ -169,12 +170,14 @@ struct JobRun {
   Stop prepare_this_host();
   Stop set_up_horovod_compat();
   Stop connect_remote_hosts();
+  Stop check_the_hosts();
   Stop plan_the_addresses();
   Stop open_the_output();
   rdv::ServerCallbacks server_callbacks();
   Stop start_the_rendezvous();
   void make_launches();
   Stop prepare_remote_hosts();
+  Stop check_the_python();
   int run_the_workers();
   int merge_the_timeline(int code);
 
@@ -219,6 +222,11 @@ struct JobRun {
   std::vector<AgentJob> jobs;
   RemoteHost* stdin_host = nullptr;
   std::optional<AgentResult> workers_result;  // once the workers ran (--max-restarts reads it)
+  // The pre-flight check: every host's facts (in the plan's order), what the job asks.
+  bool preflight = false;
+  PreflightJob preflight_asks;
+  std::vector<PreflightHost> preflight_hosts;
+  std::future<PythonFacts> local_python;
 };
 
 int JobRun::run() {
@@ -228,11 +236,13 @@ int JobRun::run() {
   if (auto stop = prepare_this_host()) return *stop;
   if (auto stop = set_up_horovod_compat()) return *stop;
   if (auto stop = connect_remote_hosts()) return *stop;
+  if (auto stop = check_the_hosts()) return *stop;
   if (auto stop = plan_the_addresses()) return *stop;
   if (auto stop = open_the_output()) return *stop;
   if (auto stop = start_the_rendezvous()) return *stop;
   make_launches();
   if (auto stop = prepare_remote_hosts()) return *stop;
+  if (auto stop = check_the_python()) return *stop;
   return merge_the_timeline(run_the_workers());
 }
 
@@ -252,6 +262,9 @@ JobRun::Stop JobRun::make_the_plan() {
     std::string text = dry_run_text(*plan, opts.command);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+    if (size_t n = split_hosts(*plan).remote_names.size(); n > 0 && !opts.no_preflight)
+      std::fprintf(stderr, "hvdrun: --dry-run: a launch would first compare the hosts (the pre-flight check, with %zu "
+                   "remote host(s); --check prints it, --no-preflight skips it)\n", n);
     return 0;
   }
   return {};
@@ -347,6 +360,28 @@ JobRun::Stop JobRun::connect_remote_hosts() {
   if (auto s = starter->begin(remote_names, deadline); !s) return fail(s.error());
   auto errors = on_every_host(remotes, [deadline](size_t, RemoteHost& h) { return h.connect(deadline); });
   if (!errors.empty()) return fail_all(errors, remotes.size(), "failed to connect");
+  return {};
+}
+
+// The pre-flight check (preflight.h) of a job with remote hosts, or of --check: every host's
+// facts from its hello compared; an error stops the job (--check: prints the table). For a
+// Python command, this machine's Python is probed meanwhile (check_the_python).
+JobRun::Stop JobRun::check_the_hosts() {
+  preflight = opts.check || (!opts.no_preflight && !remotes.empty());
+  if (!preflight) return {};
+  preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
+  std::vector<const RemoteHost*> by_index;
+  for (auto& r : remotes) by_index.push_back(r.get());
+  preflight_hosts = preflight_hosts_of(plan->ranks, hosts.remote_index, by_index);
+  auto findings = check_preflight(preflight_hosts, preflight_asks);
+  spdlog::debug("pre-flight check of {} host(s):\n{}", preflight_hosts.size(),
+                preflight_table(preflight_hosts, preflight_asks, findings));
+  if (opts.check && !preflight_passes(findings)) print_preflight_table(preflight_hosts, preflight_asks, findings);
+  if (auto stop = say_preflight_findings(findings, preflight_hosts.size())) return stop;
+  if (hosts.any_local && runs_python(opts.command)) {
+    auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
+    local_python = std::async(std::launch::async, probe_python_facts, opts.command[0], env, std::min(5.0, opts.start_timeout));
+  }
   return {};
 }
 
@@ -475,6 +510,7 @@ void JobRun::make_launches() {
     jobs[i].cwd = workdir;
     jobs[i].kill_grace = opts.kill_grace;
     jobs[i].heartbeat_timeout = heartbeat_timeout;
+    jobs[i].python_facts = preflight && runs_python(opts.command);
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);
@@ -505,6 +541,31 @@ JobRun::Stop JobRun::prepare_remote_hosts() {
     return fail_all(errors, n, "cannot run the job");
   }
   return {};
+}
+
+// The pre-flight check's Python facts, once every host has them (kReady): differences are
+// warnings. --check ends here: the table, and 0 when the hosts can run the job together.
+JobRun::Stop JobRun::check_the_python() {
+  if (!preflight) return {};
+  for (auto& h : preflight_hosts) {
+    if (auto it = hosts.remote_index.find(h.host); it != hosts.remote_index.end()) {
+      h.has_python = remotes[it->second]->ready().has_python;
+      h.python = remotes[it->second]->ready().python;
+    } else if (local_python.valid()) {
+      h.has_python = true;
+      h.python = local_python.get();
+    }
+  }
+  auto findings = check_preflight(preflight_hosts, preflight_asks);
+  if (!opts.check) {
+    std::erase_if(findings, [](const PreflightFinding& f) { return f.column != "python"; });  // (said before)
+    say_preflight_findings(findings, preflight_hosts.size());
+    return {};
+  }
+  print_preflight_table(preflight_hosts, preflight_asks, findings);
+  remotes.clear();  // agents that saw no start exit at the EOF
+  server->reset();
+  return say_preflight_findings(findings, preflight_hosts.size()).value_or(0);
 }
 
 // The job itself: every host started, hvdrun's stdin relayed to a remote rank 0, until

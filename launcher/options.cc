@@ -166,6 +166,10 @@ void add_worker_options(CLI::App& app, LaunchOptions& o, CliValues& v) {
                                                   "critical/fatal or off (any case)");
       });
   app.add_flag("--dry-run", o.dry_run, "Print the plan, one JSON object per rank, and start nothing");
+  app.add_flag("--check", o.check,
+               "Compare the hosts (hvdrun, GPUs, named interfaces, Python and torch, limits, clocks), print "
+               "one row per host and start nothing; exit 0 if they can run the job together");
+  app.add_flag("--no-preflight", o.no_preflight, "Launch without the pre-flight check of the hosts");
   app.add_flag("--horovod-compat", o.horovod_compat,
                "Put a 'horovod' package first on the workers' PYTHONPATH (horovod.torch = hvdrun.torch), "
                "unless a real Horovod is importable");
@@ -204,7 +208,8 @@ struct HelpGroup {
 const HelpGroup kHelpGroups[] = {
     {"Launch", {"--help", "--version", "--num-proc", "--hosts", "--hostfile", "--launcher", "--launch-command",
                 "--remote-hvdrun", "--env", "--start-timeout", "--kill-grace", "--network-interface",
-                "--network-interfaces", "--rendezvous-port", "--config-file", "--dry-run", "--check-build",
+                "--network-interfaces", "--rendezvous-port", "--config-file", "--dry-run", "--check", "--no-preflight",
+                "--check-build",
                 "--disable-cache", "--help-env"}},
     {"SSH", {"--ssh-port", "--ssh-identity-file", "--ssh-host-key-checking", "--ssh-command"}},
     {"Controller and Horovod compatibility",
@@ -448,6 +453,7 @@ Status resolve_rest(const CLI::App& app, const CliValues& v, LaunchOptions& o) {
       return error_of(ErrorKind::kUsage, std::string(name) + " '" + printable(*value) + "': expected " + expected);
     if (auto words = split_command_line(*value, name); !words) return words.error();
   }
+  if (o.command.empty() && o.check) o.command = {"true"};  // --check alone: the hosts, no program
   if (o.command.empty()) return error_of(ErrorKind::kUsage, "missing command: usage: hvdrun [options] [--] command [args...]");
   if (!o.hosts.empty() && !o.hostfile.empty())
     return error_of(ErrorKind::kUsage, "-H/--hosts and --hostfile cannot be used together; give one of them");

@@ -27,6 +27,7 @@
 #include "launcher/agent.h"
 #include "launcher/async_writer.h"
 #include "launcher/exit_status.h"
+#include "launcher/host_facts.h"
 #include "launcher/host_preparation.h"
 #include "launcher/link_liveness.h"
 
@@ -251,6 +252,7 @@ AgentHello make_hello(const std::string& node, const UniqueFd& sock) {
   }
   auto port = free_tcp_port();
   hello.free_port = port ? *port : 0;
+  hello.facts = collect_host_facts();
   return hello;
 }
 
@@ -267,6 +269,16 @@ Result<PreparedHost> prepare_agent_host(const AgentJob& job) {
   need.path = path_in(job.ranks[0].env);
   need.budget.local_ranks = static_cast<long long>(job.ranks.size());  // this host's workers
   return prepare_host(need, job.kill_grace);
+}
+
+// kReady's facts: for a Python command, that Python's and its torch's versions, as the
+// ranks' PATH finds it (one quick probe, within min(5 s, the start time-out)).
+AgentReady ready_facts(const AgentJob& job, double start_timeout) {
+  AgentReady r;
+  if (!job.python_facts || !runs_python(job.ranks[0].argv)) return r;
+  r.has_python = true;
+  r.python = probe_python_facts(job.ranks[0].argv[0], job.ranks[0].env, std::min(5.0, start_timeout));
+  return r;
 }
 
 // Rank 0's stdin as a pipe from g_stdin_writer (ao.rank0_stdin_fd; `read_end` holds it).
@@ -498,7 +510,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
   if (!job) return setup_error(with_kind(job.error(), ErrorKind::kLaunchFailed));
   auto host = prepare_agent_host(*job);
   if (!host) return setup_error(host.error());
-  if (!link.send(Type::kReady, "")) return 1;
+  if (!link.send(Type::kReady, encode_ready(ready_facts(*job, *start_timeout)))) return 1;
 
   auto sf = read_frame(stream.in_fd, reader, seconds_until(start_deadline));
   if (!sf || sf->type != Type::kStart) {

@@ -17,8 +17,21 @@ namespace hvdrun {
 
 using agentwire::Type;
 
+namespace {
+double wall_clock_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+// The host's clock, read between `opened` and `heard` on ours, is at least this far off
+// ours: 0 when it fell between them (a loaded machine that reads the hello late is no skew).
+double clock_offset_at_least(double theirs, double opened, double heard) {
+  if (theirs > heard) return theirs - heard;
+  if (theirs < opened) return theirs - opened;
+  return 0;
+}
+}  // namespace
+
 RemoteHost::RemoteHost(std::string host, RemoteSettings settings, AgentStarter& starter)
-    : host_(std::move(host)), settings_(std::move(settings)), starter_(starter) {}
+    : host_(std::move(host)), settings_(std::move(settings)), starter_(starter), created_(wall_clock_now()) {}
 
 RemoteHost::~RemoteHost() {
   join();
@@ -36,9 +49,12 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   auto h = decode_hello(f->payload);
   if (!h) return make_error(ErrorKind::kLaunchFailed, link_->label() + ": " + h.error().message);
   hello_ = *h;
-  if (hello_.version != HVDRUN_VERSION_STRING)
+  clock_offset_ = hello_.facts.clock > 0 ? clock_offset_at_least(hello_.facts.clock, created_, wall_clock_now()) : 0;
+  // Another version that speaks this protocol is the pre-flight check's to judge (a warning).
+  if (hello_.facts.protocol != agentwire::kProtocol)
     return error_of(ErrorKind::kLaunchFailed, link_->label() + ": remote hvdrun " + settings_.remote_hvdrun + " is version " + hello_.version +
-                          ", this one " + HVDRUN_VERSION_STRING + "; install the same version on every host");
+                          " (agent protocol " + std::to_string(hello_.facts.protocol) + "), this one " + HVDRUN_VERSION_STRING +
+                          " (protocol " + std::to_string(agentwire::kProtocol) + "): they cannot talk; install the same version on every host");
   // Our own socket's two ends, when the link is one, say exactly how this host reaches us.
   if (std::string l = link_->local_address(), p = link_->peer_address(); !l.empty() && !p.empty()) {
     hello_.launcher_addr = l;
@@ -120,7 +136,11 @@ Status RemoteHost::prepare(const AgentJob& job) {
   if (auto s = write_by(agentwire::encode(Type::kJob, encode_job(job)), deadline); !s) return s;
   auto f = next_frame(deadline);
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
-  if (f->type == Type::kReady) return {};
+  if (f->type == Type::kReady) {
+    auto r = decode_ready(f->payload);  // (malformed facts: none; the check says it cannot tell)
+    ready_ = r ? *r : AgentReady{};
+    return {};
+  }
   if (f->type == Type::kSetupError) {
     auto e = decode_setup_error(f->payload);
     AgentSetupError se = e ? *e : AgentSetupError{};

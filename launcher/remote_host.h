@@ -42,6 +42,12 @@ class RemoteHost : public RemoteControl, public StdinSink {
   // (the start time-out). One-line errors that name the host.
   Status connect(std::chrono::steady_clock::time_point deadline);
   const AgentHello& hello() const { return hello_; }
+  // How far at least the host's clock is off ours: its clock in the hello against ours from
+  // from before the agent was started (this object made) to when the hello came (0 when it
+  // fell between them).
+  double clock_offset() const { return clock_offset_; }
+  // What its kReady said (the Python facts of a Python command), once prepare() succeeded.
+  const AgentReady& ready() const { return ready_; }
   const std::string& host() const { return host_; }
   std::string local_address() const { return link_ ? link_->local_address() : ""; }
 
@@ -95,6 +101,9 @@ class RemoteHost : public RemoteControl, public StdinSink {
   std::unique_ptr<HostLink> link_;
   agentwire::FrameReader reader_;
   AgentHello hello_;
+  double clock_offset_ = 0;
+  double created_ = 0;  // our wall clock when this host was made, before its agent started
+  AgentReady ready_;
   std::thread thread_;
   std::mutex mu_;
   std::vector<int> signals_;  // to send, under mu_

@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <poll.h>
+
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 
@@ -166,6 +169,43 @@ Result<SpawnedWorker> spawn_worker(const SpawnRequest& req) {
 
 int exit_code_of(int wait_status) {
   return WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+}
+
+Result<Captured> run_captured(const SpawnRequest& req, double timeout_s) {
+  auto w = spawn_worker(req);
+  if (!w) return w.error();
+  Captured c;
+  std::string &out = c.out, &err = c.err;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  bool out_open = true, err_open = true, timed_out = false;
+  while (out_open || err_open) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[2] = {{out_open ? w->out.get() : -1, POLLIN, 0}, {err_open ? w->err.get() : -1, POLLIN, 0}};
+    int r = poll(fds, 2, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) break;
+    char buf[4096];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? out : err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        (i == 0 ? out_open : err_open) = false;
+      }
+    }
+  }
+  if (timed_out) kill(-w->pid, SIGKILL);
+  int status = 0;
+  while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  c.status = status;
+  c.timed_out = timed_out;
+  return c;
 }
 
 }  // namespace hvdrun

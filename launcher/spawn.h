@@ -37,6 +37,15 @@ struct SpawnedWorker {
 
 Result<SpawnedWorker> spawn_worker(const SpawnRequest& req);
 
+// A short helper program run to its end (a probe): its stdout and stderr, its wait status,
+// or timed_out (then its group is killed) when it has not closed both within `timeout_s`.
+struct Captured {
+  std::string out, err;
+  int status = 0;
+  bool timed_out = false;
+};
+Result<Captured> run_captured(const SpawnRequest& req, double timeout_s);
+
 // A wait status as a shell reports it: the exit code, or 128 + the signal.
 int exit_code_of(int wait_status);
 

@@ -25,6 +25,8 @@ help_opts=$("$HVDRUN" --help | grep -oE '^  -[^ ]+' | tr ',' '\n' | tr -d ' ')
 check "every option of --help" "$help_opts -np -cb" "$(complete_line -)"
 check "long options by prefix" "--ssh-port --ssh-identity-file --ssh-host-key-checking --ssh-command" \
   "$(complete_line -np 2 --ssh-)"
+check "the pre-flight check's flags" "--check --check-build" "$(complete_line -H h1,h2 --check)"
+check "--no-preflight" "--no-preflight" "$(complete_line -H h1,h2 --no-p)"
 check "choices from --help" "slurm ssh" "$(complete_line --launcher s)"
 check "choices after --opt=" "slurm ssh" "$(complete_line --launcher = s)"
 check "NCCL's levels" "VERSION WARN INFO ABORT TRACE" "$(complete_line -H h1:2 --nccl-debug '')"

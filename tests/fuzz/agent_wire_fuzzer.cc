@@ -1,6 +1,6 @@
 // libFuzzer target: the hvdrun <-> agent stream (agent_wire frames, fed in pieces) and every
-// message they carry (job, hello, attach, setup error, failed, exited, Slurm signal, stdin
-// taken, done, output, signal). What a decoder takes, its encoder writes back and the
+// message they carry (job, hello with its host facts, ready, attach, setup error, failed,
+// exited, Slurm signal, stdin taken, done, output, signal). What a decoder takes, its encoder writes back and the
 // decoder reads again as the same message.
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +25,9 @@ void round_trip(const std::string& payload, Dec dec, Enc enc, Same same) {
 
 void decode_reports(const std::string& p) {
   (void)decode_job(p);
-  (void)decode_hello(p);
+  round_trip<AgentHello>(p, decode_hello, encode_hello, [](const auto& a, const auto& b) { return a.facts == b.facts; });
+  round_trip<AgentReady>(p, decode_ready, encode_ready,
+                         [](const auto& a, const auto& b) { return a.has_python == b.has_python && a.python == b.python; });
   (void)decode_attach(p);
   round_trip<AgentSetupError>(p, decode_setup_error, encode_setup_error, [](const auto& a, const auto& b) {
     return a.message == b.message && a.code == b.code && a.kind == b.kind;

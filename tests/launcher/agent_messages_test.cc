@@ -55,6 +55,47 @@ TEST(AgentMessages, JobHelloAndAttachRoundTrip) {
   EXPECT_FALSE(decode_attach(R"({"token": 1})").ok());
 }
 
+TEST(AgentMessages, HelloCarriesTheHostsFactsAndReadyThePythons) {
+  AgentHello h;
+  h.version = "0.2.0";
+  h.facts.version = "0.2.0";
+  h.facts.protocol = agentwire::kProtocol;
+  h.facts.build = "tcp shm cuda-12.2 nccl-2.18.3";
+  h.facts.gpu_driver = "535.104.05";
+  h.facts.gpus = {{"NVIDIA H100", "0000:19:00.0", 0}, {"NVIDIA H100", "0000:9a:00.0", -1}};
+  h.facts.ifaces = {{"eth0", true}, {"ib0", false}};
+  h.facts.shm_free = 1ll << 40;
+  h.facts.nofile = 1048576;
+  h.facts.nproc = -1;
+  h.facts.clock = 1.7e9 + 0.25;
+  auto back = decode_hello(encode_hello(h));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->facts, h.facts);
+  // An agent from before the facts: its version, protocol 0 (it cannot talk to this one).
+  auto old = decode_hello(R"({"version": "0.0.1", "facts": {"gpus": 3, "ifaces": [1, {"name": 2}]}})");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->facts.version, "0.0.1");
+  EXPECT_EQ(old->facts.protocol, 0);
+  EXPECT_TRUE(old->facts.gpus.empty());
+  EXPECT_EQ(old->facts.ifaces, (std::vector<IfaceFacts>{{"", false}}));
+  EXPECT_EQ(decode_hello(R"({"version": "0.0.1"})")->facts.nofile, -1);
+
+  EXPECT_EQ(encode_ready({}), "");  // kReady as it always was for no Python command
+  EXPECT_FALSE(decode_ready("")->has_python);
+  AgentReady r{true, {"3.11.2", "2.1.0", "12.1", ""}};
+  auto rb = decode_ready(encode_ready(r));
+  ASSERT_TRUE(rb.ok());
+  EXPECT_TRUE(rb->has_python);
+  EXPECT_EQ(rb->python, r.python);
+  EXPECT_EQ(decode_ready(R"({"python": 3, "error": "python3 failed"})")->python, (PythonFacts{"", "", "", "python3 failed"}));
+  EXPECT_FALSE(decode_ready("[").ok());
+
+  AgentJob job;
+  job.ranks = {{0, {"python3"}, {}}};
+  job.python_facts = true;
+  EXPECT_TRUE(decode_job(encode_job(job))->python_facts);
+}
+
 TEST(AgentMessages, ReportsKeepTheirBytesOnTheWire) {
   EXPECT_EQ(encode_setup_error({"no such file", 127, ErrorKind::kNotFound}),
             "{\"code\":127,\"kind\":" + std::to_string(static_cast<int>(ErrorKind::kNotFound)) +

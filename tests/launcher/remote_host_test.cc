@@ -60,6 +60,7 @@ class FakeLink : public HostLink {
   FakeLink() {
     AgentHello h;
     h.version = HVDRUN_VERSION_STRING;
+    h.facts.protocol = agentwire::kProtocol;
     pending_ = agentwire::encode(Type::kHello, encode_hello(h));
   }
   const std::string& label() const override { return label_; }
@@ -445,6 +446,62 @@ TEST(RemoteHost, SlurmSignalReportedDuringATeardownIsSaidOnce) {
   ASSERT_EQ(rh.sink.notices.size(), 2u);
   EXPECT_EQ(rh.sink.notices[0], "hvdrun: rank 0 (host b) was killed by signal 15 (SIGTERM)");
   EXPECT_EQ(rh.sink.notices[1], said);
+}
+
+
+// An agent whose hello says its clock (our clock then plus `skew`) and its protocol.
+class HelloLink : public FullLink {
+ public:
+  HelloLink(double skew, int protocol) : FullLink(0), skew_(skew), protocol_(protocol) {}
+  Result<std::string> read(int timeout_ms) override {
+    if (!said_) {
+      said_ = true;
+      AgentHello h;
+      h.version = "7.7.7";
+      h.facts.protocol = protocol_;
+      h.facts.clock =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + skew_;
+      return agentwire::encode(Type::kHello, encode_hello(h));
+    }
+    return FullLink::read(timeout_ms);
+  }
+
+ private:
+  double skew_;
+  int protocol_;
+  bool said_ = false;
+};
+
+double offset_of(double skew) {
+  OneLinkStarter starter(std::make_unique<HelloLink>(skew, agentwire::kProtocol));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  EXPECT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  return host.clock_offset();
+}
+
+TEST(RemoteHost, ClockOffsetIsOnlyWhatTheHellosTimingCannotExplain) {
+  EXPECT_EQ(offset_of(0), 0);  // read between the host's making and its hello: no skew
+  EXPECT_GT(offset_of(100), 99);
+  EXPECT_LE(offset_of(100), 100);
+  EXPECT_LT(offset_of(-100), -99);
+  EXPECT_GE(offset_of(-100), -100);
+}
+
+TEST(RemoteHost, AnotherVersionIsRefusedOnlyForAnotherProtocol) {
+  OneLinkStarter same(std::make_unique<HelloLink>(0, agentwire::kProtocol));
+  RemoteHost a("b", RemoteSettings{}, same);
+  EXPECT_TRUE(a.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  EXPECT_EQ(a.hello().facts.version, "7.7.7");
+  OneLinkStarter other(std::make_unique<HelloLink>(0, agentwire::kProtocol + 1));
+  RemoteSettings rs;
+  rs.remote_hvdrun = "/opt/hvdrun";
+  RemoteHost b("b", rs, other);
+  auto st = b.connect(Clock::now() + std::chrono::seconds(5));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "b: remote hvdrun /opt/hvdrun is version 7.7.7 (agent protocol " +
+                                    std::to_string(agentwire::kProtocol + 1) + "), this one " + HVDRUN_VERSION_STRING +
+                                    " (protocol " + std::to_string(agentwire::kProtocol) +
+                                    "): they cannot talk; install the same version on every host");
 }
 
 }  // namespace

@@ -1,0 +1,42 @@
+// The job's side of the pre-flight check (preflight.h): its hosts' facts gathered (this
+// machine's here, the others' from their agents) and the findings said on stderr.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/plan.h"
+#include "launcher/preflight.h"
+#include "launcher/remote_host.h"
+#include "launcher/worker_env.h"
+
+namespace hvdrun {
+
+// What the job asks of every host: hvdrun's version and protocol, and the interfaces the
+// workers are told to use (--network-interface, NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+// as the workers get them: hvdrun's environment, then -x).
+PreflightJob preflight_job(const std::map<std::string, std::string>& launcher_env,
+                           const std::vector<EnvOverride>& overrides, const std::string& network_interface);
+
+// This machine's facts, as an agent collects its host's.
+PreflightHost local_preflight_host(const std::string& name, int slots);
+// A connected remote host's, from its hello (and, once prepared, its kReady).
+PreflightHost remote_preflight_host(const RemoteHost& host, int slots);
+
+// Every host of the job's ranks, in their order, with its slots: this machine's facts for
+// a host not in `remote_index` (an index into `remotes`).
+std::vector<PreflightHost> preflight_hosts_of(const std::vector<RankInfo>& ranks,
+                                              const std::map<std::string, int>& remote_index,
+                                              const std::vector<const RemoteHost*>& remotes);
+
+// The table on stdout.
+void print_preflight_table(const std::vector<PreflightHost>& hosts, const PreflightJob& job,
+                           const std::vector<PreflightFinding>& findings);
+
+// The warnings ("hvdrun: warning: pre-flight: HOST: ..."), then the errors, one line per
+// host, and what they mean. The exit code when an error stops the job.
+std::optional<int> say_preflight_findings(const std::vector<PreflightFinding>& findings, size_t hosts);
+
+}  // namespace hvdrun

@@ -189,6 +189,7 @@ def _check(rc: int, what: str) -> None:
 def _bname(name: str) -> bytes:
     b = name.encode()
     if b"\0" in b:
+        _fn("hvd_next_call")(0, 0, None, None)  # the refused call takes hvd_next_call's description
         raise InvalidArgumentError(f"collective name {name!r} contains a NUL character")
     return b
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 

@@ -11,7 +11,7 @@ import torch
 
 from hvdrun.common.exceptions import InvalidArgumentError
 from hvdrun.torch.mpi_ops import (ProcessSet, _check_process_set, _dtype_of, _root, allgather, broadcast_,
-                                  broadcast_async_, global_process_set, rank, size, synchronize)
+                                  broadcast_async_, global_process_set, rank, synchronize)
 
 try:  # cloudpickle (as Horovod) when present: it also takes lambdas and local classes
     import cloudpickle as _pickler  # type: ignore[import-not-found]

@@ -57,7 +57,7 @@ def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[
     sc = _scaling(tensor, op, _factor("allreduce", "prescale_factor", prescale_factor),
                   _factor("allreduce", "postscale_factor", postscale_factor), native=True,
                   n=_set_rank_size(ps)[1] if ps else None)
-    full = _op_name("allreduce", name)
+    full = _op_name("allreduce", name, ps)
     _capi.next_call(ps, [tensor.shape])
     c = _capi.allreduce_async(full, sc.send.data_ptr(), output.data_ptr(), tensor.numel(),
                               _buffer_dtype(sc.send, output), sc.op, sc.prescale, sc.postscale)
@@ -142,7 +142,7 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
     # Everything is checked and prepared (prescaled integer copies included) before the
     # first part is submitted.
     scs = _group_scalings(tensors, op, pre, post, n=_set_rank_size(ps)[1] if ps else None)
-    full = _op_name("grouped_allreduce", name)
+    full = _op_name("grouped_allreduce", name, ps)
     # One operation with each tensor's dtype, whatever the mix: the ranks' lists are compared
     # tensor by tensor (a rank whose dtypes differ fails the group everywhere at once; a
     # split by dtype named the parts after the local dtypes, so such a rank hung). libhvdrun
@@ -280,7 +280,7 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     d = _dtype_of(tensor, "allgather")
     if tensor.dim() == 0:
         raise InvalidArgumentError("allgather: the tensor needs at least one dimension")
-    full = _op_name("allgather", name)
+    full = _op_name("allgather", name, ps)
     rows, row_elems = _rows(tensor)
     n = _set_rank_size(ps)[1]
     _capi.next_call(ps, [tensor.shape])
@@ -323,7 +323,7 @@ def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int,
     require_init()
     _dtype_of(tensor, "broadcast")
     root = _root("broadcast", root_rank)
-    full = _op_name("broadcast", name)
+    full = _op_name("broadcast", name, ps)
     if output is not tensor:
         output.copy_(tensor)
     _capi.next_call(ps, [output.shape])
@@ -401,7 +401,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
     elif rows % n:
         raise InvalidArgumentError(f"alltoall: without splits the first dimension ({rows}) must be a multiple "
                                    f"of size() ({n})")
-    full = _op_name("alltoall", name)
+    full = _op_name("alltoall", name, ps)
     _capi.next_call(ps, [tensor.shape])
     c = _capi.alltoall_async(full, tensor.data_ptr(), rows, row_elems, split_list, d)
     tail = tuple(tensor.shape[1:])
@@ -460,7 +460,7 @@ def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[
     rows, row_elems = _rows(tensor)
     mine = rows // n + (1 if r < rows % n else 0)
     output = tensor.new_empty((mine,) + tuple(tensor.shape[1:]))
-    full = _op_name("reducescatter", name)
+    full = _op_name("reducescatter", name, ps)
     _capi.next_call(ps, [tensor.shape])
     c = _capi.reducescatter_async(full, sc.send.data_ptr(), output.data_ptr(), rows, row_elems,
                                   _buffer_dtype(sc.send, output), int(sc.op))

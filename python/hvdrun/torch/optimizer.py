@@ -211,7 +211,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce (submitting those that backward did not
-        produce) and puts the results in the gradients."""
+        produce) and puts the results in the gradients. A rank outside the optimizer's
+        process set reduces nothing."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         completed = set()
         for x in self._handles.keys():
             completed.update(x) if isinstance(x, tuple) else completed.add(x)

@@ -17,29 +17,36 @@ struct NextCall {
   std::vector<int64_t> shapes;
 };
 thread_local NextCall t_next;
+// Whether t_next holds a description: a trivial thread-local, so that the calls without one
+// (every C caller's) test it without t_next's initialisation guard.
+thread_local bool t_described = false;
 
 NextCall take_next_call() {
   NextCall n = std::move(t_next);
   t_next = NextCall{};
+  t_described = false;
   return n;
 }
 }  // namespace
 
 Status Runtime::set_next_call(int process_set, int ntensors, const int* ndims, const long long* dims) {
-  t_next = NextCall{};
+  clear_next_call();
   if (process_set < 0)
     return make_error(ErrorKind::kInvalidArgument, "hvd_next_call: process set " + std::to_string(process_set));
   auto shapes = encode_shapes(ntensors, ndims, dims);
   if (!shapes) return shapes.error();
   t_next.set = process_set;
   t_next.shapes = std::move(*shapes);
+  t_described = true;
   return {};
 }
 
-void Runtime::clear_next_call() { t_next = NextCall{}; }
+void Runtime::clear_next_call() {
+  if (t_described) (void)take_next_call();
+}
 
 std::pair<int, int> Runtime::next_call_rank_size() {
-  if (t_next.set != 0) {
+  if (t_described && t_next.set != 0) {
     std::lock_guard<std::mutex> lk(sets_mu_);
     auto it = sets_.find(t_next.set);
     if (it != sets_.end() && it->second->index >= 0)
@@ -50,9 +57,11 @@ std::pair<int, int> Runtime::next_call_rank_size() {
 }
 
 Result<hvd_handle_t> Runtime::submit(const char* what, Request r) {
-  NextCall next = take_next_call();
-  if (auto s = apply_shapes(what, std::move(next.shapes), &r.spec); !s) return s.error();
-  if (next.set != 0) return submit_in_set(what, next.set, std::move(r));
+  if (t_described) {
+    NextCall next = take_next_call();
+    if (auto s = apply_shapes(what, std::move(next.shapes), &r.spec); !s) return s.error();
+    if (next.set != 0) return submit_in_set(what, next.set, std::move(r));
+  }
   auto e = engine(what);
   if (!e) return e.error();
   return (*e)->submit(std::move(r));

@@ -487,8 +487,10 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
         grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
+        # As Horovod's: a Sum's gradient is the set's size times the gathered one; an
+        # Average's is the gathered one (both times the scales).
         n = _set_rank_size(_check_process_set(ctx.process_set))[1]
-        scale = ctx.scale / n if ctx.op == Average else ctx.scale
+        scale = ctx.scale * n if ctx.op == Sum else ctx.scale
         if scale != 1.0:
             grad = grad * scale
         return grad, None, None, None, None, None

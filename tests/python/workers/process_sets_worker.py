@@ -76,6 +76,9 @@ def collectives_run_within_each_set_at_once():
     assert rs.shape[0] == 4 // n and rs[0, 0].item() == sum(k + 1 for k in mine.ranks), rs
     out = hvd.alltoall(torch.arange(2 * n, dtype=torch.float32) + 100 * r, process_set=mine)
     assert out.numel() == 2 * n, out
+    t = torch.ones(2 * n, 3, requires_grad=True)
+    hvd.reducescatter(t, op=hvd.Sum, process_set=mine).backward(torch.ones(2, 3))
+    assert t.grad.tolist() == [[float(n)] * 3] * (2 * n), t.grad  # Horovod's: the set's size times
     grp = hvd.grouped_allreduce([torch.ones(2), torch.ones(3, dtype=torch.float64)], op=hvd.Sum, process_set=mine)
     assert grp[0].tolist() == [n] * 2 and grp[1].tolist() == [n] * 3, grp
     hvd.barrier(process_set=mine)

@@ -3,6 +3,7 @@
 // only take it to find the engine, and wait without it; the rank view has its own lock.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -105,9 +106,15 @@ int view_field(Fn&& fn) {
   return fn(rt().view());
 }
 
+// A submitting call takes hvd_next_call's description, whatever its outcome.
+struct TakesNextCall {
+  ~TakesNextCall() { hvdrun::Runtime::clear_next_call(); }
+};
+
 // Runs a submitting call and stores its handle.
 template <class Fn>
 int submit(const char* what, hvd_handle_t* handle, Fn&& fn) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork(what)) return rc;
   return guarded([&]() -> hvdrun::Status {
     if (!handle) return make_error(ErrorKind::kInvalidArgument, "the handle pointer is null");
@@ -127,7 +134,8 @@ int take_output(hvd_handle_t h, size_t row_elems, hvd_dtype_t dtype, void** recv
       return s;
     }
     size_t rows = 0;
-    for (int r = 0; r < rt().view().size; ++r) rows += rows_per_rank[r];
+    auto set = rt().process_set(hvdrun::handle_set(h));  // (the job, or the call's process set)
+    for (int r = 0; set && r < set->size; ++r) rows += rows_per_rank[r];
     size_t bytes = rows * row_elems * hvdrun::dtype_size(dtype);
     void* out = std::malloc(bytes ? bytes : 1);
     if (!out) {
@@ -188,21 +196,25 @@ int hvd_cross_rank(void) { return view_field([](const hvdrun::RankView& v) { ret
 int hvd_cross_size(void) { return view_field([](const hvdrun::RankView& v) { return v.cross_size; }); }
 
 int hvd_barrier(void) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_barrier")) return rc;
   return guarded([&] { return rt().barrier(); });
 }
 
 int hvd_allreduce(const void* sendbuf, void* recvbuf, size_t count, hvd_dtype_t dtype, hvd_op_t op) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_allreduce")) return rc;
   return guarded([&] { return rt().allreduce(sendbuf, recvbuf, count, dtype, op); });
 }
 
 int hvd_broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_broadcast")) return rc;
   return guarded([&] { return rt().broadcast(buf, count, dtype, root); });
 }
 
 int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, hvd_dtype_t dtype) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_allgather")) return rc;
   return guarded([&] { return rt().allgather(sendbuf, recvbuf, sendcount, dtype); });
 }
@@ -287,6 +299,7 @@ int hvd_wait_result(hvd_handle_t handle, void* recvbuf) {
 
 int hvd_grouped_allreduce(int n, const void* const* sendbufs, void* const* recvbufs, const size_t* counts,
                           hvd_dtype_t dtype, hvd_op_t op) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_grouped_allreduce")) return rc;
   return guarded([&]() -> hvdrun::Status {
     hvdrun::Runtime::BlockingName name(rt(), "grouped_allreduce");  // held until the wait is over
@@ -326,6 +339,7 @@ int hvd_alltoall(const void* sendbuf, size_t rows, size_t row_elems, const size_
 
 int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t row_elems, hvd_dtype_t dtype,
                       hvd_op_t op) {
+  TakesNextCall takes;
   if (int rc = refused_in_fork("hvd_reducescatter")) return rc;
   return guarded([&]() -> hvdrun::Status {
     hvdrun::Runtime::BlockingName name(rt(), "reducescatter");  // held until the wait is over
@@ -334,6 +348,58 @@ int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, size_t ro
                                       "hvd_reducescatter");
     if (!h) return h.error();
     return rt().wait(*h);
+  });
+}
+
+int hvd_next_call(int process_set, int ntensors, const int* ndims, const long long* dims) {
+  return guarded([&] { return hvdrun::Runtime::set_next_call(process_set, ntensors, ndims, dims); });
+}
+
+int hvd_add_process_set(const int* ranks, int n, int* id) {
+  if (int rc = refused_in_fork("hvd_add_process_set")) return rc;
+  return guarded([&]() -> hvdrun::Status {
+    if (!id) return make_error(ErrorKind::kInvalidArgument, "hvd_add_process_set: id is null");
+    auto made = rt().add_process_set(ranks, n, false);
+    if (!made) return made.error();
+    *id = *made;
+    return {};
+  });
+}
+
+int hvd_init_process_sets(const int* ranks, const int* sizes, int nsets) {
+  if (int rc = refused_in_fork("hvd_init_process_sets")) return rc;
+  return guarded([&]() -> hvdrun::Status {
+    if (nsets > 0 && (!ranks || !sizes))
+      return make_error(ErrorKind::kInvalidArgument, "hvd_init_process_sets: ranks or sizes is null");
+    for (int i = 0, at = 0; i < nsets; at += sizes[i++])
+      if (auto made = rt().add_process_set(ranks + at, sizes[i], true); !made) return made.error();
+    return {};
+  });
+}
+
+int hvd_remove_process_set(int id) {
+  if (int rc = refused_in_fork("hvd_remove_process_set")) return rc;
+  return guarded([&] { return rt().remove_process_set(id); });
+}
+
+int hvd_process_set_info(int id, int* rank, int* size, int* ranks) {
+  return guarded([&]() -> hvdrun::Status {
+    auto info = rt().process_set(id);
+    if (!info) return info.error();
+    if (rank) *rank = info->rank;
+    if (size) *size = info->size;
+    if (ranks) std::copy(info->ranks.begin(), info->ranks.end(), ranks);
+    return {};
+  });
+}
+
+int hvd_process_set_ids(int* ids, int capacity, int* count) {
+  return guarded([&]() -> hvdrun::Status {
+    if (!count) return make_error(ErrorKind::kInvalidArgument, "hvd_process_set_ids: count is null");
+    std::vector<int> all = rt().process_set_ids();
+    *count = static_cast<int>(all.size());
+    for (int i = 0; ids && i < capacity && i < *count; ++i) ids[i] = all[static_cast<size_t>(i)];
+    return {};
   });
 }
 

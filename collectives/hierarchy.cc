@@ -1,7 +1,6 @@
 #include "collectives/hierarchy.h"
 
 #include <map>
-#include <thread>
 
 #include "common/deadline.h"
 #include "common/tunables.h"
@@ -60,12 +59,10 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
     return make_error(kind, "rank " + std::to_string(s.rank) + ": hierarchical collectives: " + m);
   };
   std::vector<std::string> hosts(s.size);
-  std::vector<transport::PeerAddress> addr(s.size);
   for (int r = 0; r < s.size; ++r) {
     auto p = s.store->peer(r, deadline);
     if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, ErrorKind::kRendezvous);
     hosts[r] = p->host;
-    addr[r] = *p;
   }
   HostLayout h = host_layout(hosts);
   if (h.hosts < 2 || h.per_host < 2) {
@@ -76,16 +73,8 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   }
   HierarchyOptions which{wanted.allreduce != Want::kOff, wanted.allgather != Want::kOff};
   const int L = h.per_host, C = h.hosts, l = h.local_of[s.rank], c = h.host_of[s.rank];
-  auto ring_of = [&](const char* name, int index, int size, int right, int left) -> Result<std::unique_ptr<Ring>> {
-    if (auto b = s.store->barrier(std::string("hvdrun/hierarchy/") + name, s.size, s.timeout_s); !b)
-      return err(std::string("barrier before the ") + name + " ring: " + b.error().message, ErrorKind::kRendezvous);
-    Result<transport::Pair> out = make_error(ErrorKind::kInternal, "not connected");
-    std::thread connector([&] { out = transport::connect_pair(addr[right], s.pairs); });
-    auto in = transport::accept_pair(s.listen_fd, addr[left], s.pairs);
-    connector.join();
-    if (!out) return err(std::string(name) + " ring: " + out.error().message);
-    if (!in) return err(std::string(name) + " ring: " + in.error().message);
-    return std::make_unique<Ring>(index, size, std::move(*out), std::move(*in), s.ring);
+  auto ring_of = [&](const char* name, int index, int size, int right, int left) {
+    return connect_subring(s, std::string("hierarchy/") + name, index, size, right, left);
   };
   auto local = ring_of("local", l, L, h.rank_of[c * L + (l + 1) % L], h.rank_of[c * L + (l + L - 1) % L]);
   if (!local) return local.error();

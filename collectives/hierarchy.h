@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/ring.h"
+#include "collectives/subring.h"
 #include "common/result.h"
 #include "transport/pair.h"
 #include "transport/store.h"
@@ -33,14 +34,6 @@ struct HierarchyWanted {
 };
 Result<HierarchyWanted> hierarchy_from_tunables();
 
-struct HierarchySetup {
-  transport::Store* store = nullptr;  // the rendezvous
-  int listen_fd = -1;
-  int rank = 0, size = 1;
-  transport::PairOptions pairs;
-  RingOptions ring;
-  double timeout_s = tunable_default("HVDRUN_TIMEOUT");
-};
 
 // Called by every rank of a job on several hosts (all or none must call it): asks the
 // store (the rendezvous) for every rank's host, and when the layout has one (several

@@ -102,6 +102,7 @@ Status Runtime::init_alone() {
   if (auto s = start_engine(); !s) return s;
   owner_pid_ = getpid();
   initialized_ = true;
+  ++inits_;
   return {};
 }
 
@@ -178,6 +179,7 @@ Status Runtime::bring_up() {
   }
   owner_pid_ = getpid();
   initialized_ = true;
+  ++inits_;
   spdlog::debug("rank {}: registered; left {} at {}:{}, right {} at {}:{}", view_.rank, ring_.left.rank,
                 ring_.left.addr, ring_.left.port, ring_.right.rank, ring_.right.addr, ring_.right.port);
   return {};
@@ -201,12 +203,17 @@ size_t shm_allreduce_bytes(int ranks) {
   return static_cast<size_t>(tunable_int("HVDRUN_SHM_ALLREDUCE_BYTES"));
 }
 
-Status Runtime::connect_ring() {
+RingOptions Runtime::ring_options() const {
   RingOptions ro;
   ro.timeout_s = tunable_double("HVDRUN_TIMEOUT");
   ro.spin_us = static_cast<int>(tunable_int("HVDRUN_SPIN_US"));  // past it a rank sleeps (futex, poll())
   ro.spin_yields = spin_yields(view_.local_size);
   ro.segment_bytes = static_cast<size_t>(std::max<long long>(4096, tunable_int("HVDRUN_SEGMENT_BYTES")));
+  return ro;
+}
+
+Status Runtime::connect_ring() {
+  const RingOptions ro = ring_options();
   if (view_.size == 1) {
     ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);
     return {};
@@ -307,6 +314,23 @@ RankView Runtime::view() const {
 }
 
 Status Runtime::start_engine() {
+  EngineOptions o = engine_options();
+  std::string tl = tunable_string("HVDRUN_TIMELINE");
+  if (tl == "DYNAMIC") tl.clear();  // Horovod's "started later by hvd.start_timeline": no file at init
+  // The file is created once per process: hvd_init after hvd_shutdown goes on writing it
+  // (its path exists by then, and Timeline::open never overwrites).
+  if (!tl.empty() && (!timeline_ || timeline_->path() != Timeline::rank_path(tl, view_.rank))) {
+    auto t = Timeline::open(tl, view_.rank, view_.host, tunable_string("HVDRUN_TIMELINE_MARK_CYCLES") == "1");
+    if (!t) return t.error();
+    timeline_ = std::move(*t);
+  }
+  if (!tl.empty()) o.timeline = timeline_.get();
+  engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
+  return {};
+}
+
+// The job's engine options; a process set's engine changes rank, size, host_of and gpu.
+EngineOptions Runtime::engine_options() {
   EngineOptions o;
   o.rank = view_.rank;
   o.size = view_.size;
@@ -342,18 +366,7 @@ Status Runtime::start_engine() {
   };
   o.on_fatal = [this](const std::string& m) { report_fatal(m); };
   o.host_of = [this](int rank) { return peer_host(rank); };
-  std::string tl = tunable_string("HVDRUN_TIMELINE");
-  if (tl == "DYNAMIC") tl.clear();  // Horovod's "started later by hvd.start_timeline": no file at init
-  // The file is created once per process: hvd_init after hvd_shutdown goes on writing it
-  // (its path exists by then, and Timeline::open never overwrites).
-  if (!tl.empty() && (!timeline_ || timeline_->path() != Timeline::rank_path(tl, view_.rank))) {
-    auto t = Timeline::open(tl, view_.rank, view_.host, tunable_string("HVDRUN_TIMELINE_MARK_CYCLES") == "1");
-    if (!t) return t.error();
-    timeline_ = std::move(*t);
-  }
-  if (!tl.empty()) o.timeline = timeline_.get();
-  engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
-  return {};
+  return o;
 }
 
 Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
@@ -363,18 +376,9 @@ Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
   return engine_;
 }
 
-Result<hvd_handle_t> Runtime::submit(const char* what, Request r) {
-  for (size_t k = 0; r.spec.device && k < std::max<size_t>(1, r.spec.dtypes.size()); ++k)
-    if (auto t = r.spec.dtype_at(k); t == HVD_INT16 || t == HVD_BOOL)  // as Horovod's NCCL ops
-      return make_error(ErrorKind::kUnsupported, std::string(what) + ": NCCL has no " + dtype_name(t) +
-                                                     " type: move the tensor to the CPU or convert it");
-  auto e = engine(what);
-  if (!e) return e.error();
-  return (*e)->submit(std::move(r));
-}
-
 Status Runtime::shutdown() {
   if (!initialized_) return {};
+  stop_sets();
   std::shared_ptr<Engine> e = engine_;
   if (e) e->stop("hvd_shutdown was called with this operation pending");
   engine_.reset();  // (the timeline stays open for an hvd_init to come)

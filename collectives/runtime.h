@@ -16,6 +16,7 @@
 #include "common/result.h"
 #include "collectives/engine/engine.h"
 #include "collectives/gpu.h"
+#include "collectives/process_sets.h"
 #include "collectives/timeline.h"
 #include "collectives/ring.h"
 #include "rendezvous/client.h"
@@ -57,6 +58,23 @@ class Runtime {
                                            const char* what = "hvd_reducescatter_async");
   Result<hvd_handle_t> barrier_async(const std::string& name);
   Result<hvd_handle_t> join_async();
+
+  // hvd_next_call: the process set the next collective this thread submits runs in, and
+  // its tensors' shapes (Spec::shapes); that call takes them, whether it succeeds or not.
+  static Status set_next_call(int process_set, int ntensors, const int* ndims, const long long* dims);
+  static void clear_next_call();
+
+  // Process sets (runtime_sets.cc). Every rank of the job adds and removes them, in the
+  // same order. `initial`: part of hvd_init's sets (allowed without
+  // HVDRUN_DYNAMIC_PROCESS_SETS; a set that exists already is its id, not an error).
+  Result<int> add_process_set(const int* ranks, int n, bool initial);
+  Status remove_process_set(int id);
+  struct SetInfo {
+    int rank = -1, size = 0;  // rank: this rank's place in the set, -1 when not a member
+    std::vector<int> ranks;
+  };
+  Result<SetInfo> process_set(int id);
+  std::vector<int> process_set_ids();
 
   int poll(hvd_handle_t h);
   Status wait(hvd_handle_t h);
@@ -145,6 +163,7 @@ class Runtime {
   Status register_rank(const std::string& addr, const RankView& view);
   Result<transport::Listener> listen_data_plane(const rdv::Client& client, int rank);
   Status bring_up();
+  RingOptions ring_options() const;
   Status connect_ring();
   transport::PairOptions pair_options(double timeout_s) const;
   void report_ring_failures();
@@ -153,6 +172,21 @@ class Runtime {
   Status ensure_gpu();
   Result<std::shared_ptr<Engine>> engine(const char* what);
   Result<hvd_handle_t> submit(const char* what, Request r);
+  EngineOptions engine_options();
+  // The engine of a handle's process set, and the engine's own handle.
+  Result<std::shared_ptr<Engine>> engine_of(hvd_handle_t h, const char* what);
+  Result<hvd_handle_t> submit_in_set(const char* what, int id, Request r);
+  // This rank's place and the size of the set the next call runs in (the job's when it is 0
+  // or not a set of this rank's: the submission refuses it then).
+  std::pair<int, int> next_call_rank_size();
+  Result<std::shared_ptr<ProcessSet>> find_set(int id, const char* what);
+  void stop_sets();
+  Status connect_set(int id, ProcessSet* ps);
+  std::mutex sets_mu_;  // sets_ and next_set_id_
+  std::map<int, std::shared_ptr<ProcessSet>> sets_;  // the sets other than 0
+  int next_set_id_ = 1;
+  std::mutex set_changes_mu_;  // one add or remove at a time (they connect and stop rings)
+  uint64_t inits_ = 0;         // hvd_init calls that succeeded: names the sets' store barriers
   // Whether a call's buffers are device memory (both must be on the same side).
   Result<bool> on_device(const char* what, const void* a, const void* b);
 };

@@ -136,8 +136,8 @@ Result<hvd_handle_t> Runtime::allgatherv_async(const char* name, const void* sen
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
   if (rows && row_elems && !send) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null buffer");
-  const RankView v = view();
-  if (auto s = check_allgather_buffers(what, send, recv, rows, row_elems, dtype, v.rank, v.size); !s) return s.error();
+  const auto [rank, size] = next_call_rank_size();
+  if (auto s = check_allgather_buffers(what, send, recv, rows, row_elems, dtype, rank, size); !s) return s.error();
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAllgatherv;
@@ -157,7 +157,7 @@ Result<hvd_handle_t> Runtime::alltoall_async(const char* name, const void* send,
                                              const size_t* splits, hvd_dtype_t dtype, const char* what) {
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
-  const int size = view().size;
+  const int size = next_call_rank_size().second;
   Request r;
   r.spec.name = name;
   r.spec.kind = OpKind::kAlltoall;
@@ -189,7 +189,7 @@ Result<hvd_handle_t> Runtime::reducescatter_async(const char* name, const void* 
   if (auto s = check_name(what, name); !s) return s.error();
   if (auto s = check_dtype(what, dtype); !s) return s.error();
   if (auto s = check_op(what, dtype, op); !s) return s.error();
-  const int size = view().size, rank = view().rank;
+  const auto [rank, size] = next_call_rank_size();
   size_t mine = rows / size + (static_cast<size_t>(rank) < rows % size ? 1 : 0);
   if (rows && row_elems && !send) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null sendbuf");
   if (mine && row_elems && !recv) return make_error(ErrorKind::kInvalidArgument, std::string(what) + ": null recvbuf");
@@ -224,22 +224,22 @@ Result<hvd_handle_t> Runtime::join_async() {
 }
 
 int Runtime::poll(hvd_handle_t h) {
-  auto e = engine("hvd_poll");
-  return e ? (*e)->poll(h) : -1;
+  auto e = engine_of(h, "hvd_poll");
+  return e ? (*e)->poll(engine_handle(h)) : -1;
 }
 
 Status Runtime::wait(hvd_handle_t h) {
-  auto e = engine("hvd_wait");
+  auto e = engine_of(h, "hvd_wait");
   if (!e) return e.error();
-  return (*e)->wait(h);
+  return (*e)->wait(engine_handle(h));
 }
 
 Status Runtime::result_rows(hvd_handle_t h, size_t* rows_per_rank) {
   if (!rows_per_rank) return make_error(ErrorKind::kInvalidArgument, "hvd_result_rows: rows_per_rank is null");
-  auto e = engine("hvd_result_rows");
+  auto e = engine_of(h, "hvd_result_rows");
   if (!e) return e.error();
   std::vector<size_t> rows;
-  if (auto s = (*e)->result_rows(h, &rows); !s) return s;
+  if (auto s = (*e)->result_rows(engine_handle(h), &rows); !s) return s;
   if (rows.empty()) return make_error(ErrorKind::kInvalidArgument, "hvd_result_rows: handle " + std::to_string(h) +
                                                              " is not an allgatherv or alltoall");
   std::copy(rows.begin(), rows.end(), rows_per_rank);
@@ -247,9 +247,9 @@ Status Runtime::result_rows(hvd_handle_t h, size_t* rows_per_rank) {
 }
 
 Status Runtime::wait_result(hvd_handle_t h, void* recv) {
-  auto e = engine("hvd_wait_result");
+  auto e = engine_of(h, "hvd_wait_result");
   if (!e) return e.error();
-  return (*e)->wait_result(h, recv);
+  return (*e)->wait_result(engine_handle(h), recv);
 }
 
 Status Runtime::join(int* last_joined_rank) {

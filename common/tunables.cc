@@ -113,6 +113,10 @@ constexpr Tunable kTable[] = {
     {"HVDRUN_CACHE_CAPACITY", "1024", TunableUse::kWorker,
      "Agreed responses the engine caches, so that a repeated name costs one bit of negotiation; 0 disables.",
      "HOROVOD_CACHE_CAPACITY", {0, 1e7, "entries"}},
+    {"HVDRUN_DYNAMIC_PROCESS_SETS", "0", TunableUse::kWorker,
+     "1: process sets may be added and removed after hvd_init (hvd_add_process_set, "
+     "hvd.add_process_set); 0: only hvd_init's (hvd.init(process_sets=...)).",
+     "HOROVOD_DYNAMIC_PROCESS_SETS"},
     {"HVDRUN_STALL_CHECK_TIME_SECONDS", "60", TunableUse::kWorker,
      "Seconds after which hvdrun warns (once) about names some ranks submitted and others did not, "
      "naming the ranks and hosts missing; 0 disables.",

@@ -84,6 +84,8 @@ void put_spec(Writer& w, const Spec& s) {
   w.u64s(s.splits);
   w.put<uint32_t>(static_cast<uint32_t>(s.dtypes.size()));
   w.out.append(reinterpret_cast<const char*>(s.dtypes.data()), s.dtypes.size());
+  w.put<uint32_t>(static_cast<uint32_t>(s.shapes.size()));
+  for (auto d : s.shapes) w.put<int64_t>(d);
 }
 
 Spec get_spec(Reader& r) {
@@ -103,6 +105,13 @@ Spec get_spec(Reader& r) {
   r.u64s(&s.splits);
   auto dtypes = r.view(r.get<uint32_t>());
   s.dtypes.assign(dtypes.begin(), dtypes.end());
+  const uint32_t dims = r.get<uint32_t>();
+  if (r.ok && r.pos + 8ull * dims <= r.in.size()) {
+    s.shapes.resize(dims);
+    for (auto& d : s.shapes) d = r.get<int64_t>();
+  } else {
+    r.ok = false;
+  }
   return s;
 }
 
@@ -117,10 +126,12 @@ bool names_unique(const std::vector<Spec>& specs) {
   return std::adjacent_find(names.begin(), names.end()) == names.end();
 }
 
-// A group of several dtypes names one per tensor.
+// A group of several dtypes names one per tensor; so do shapes, when given.
 bool dtypes_per_tensor(const std::vector<Spec>& specs) {
   return std::all_of(specs.begin(), specs.end(),
-                     [](const Spec& s) { return s.dtypes.empty() || s.dtypes.size() == s.counts.size(); });
+                     [](const Spec& s) {
+                       return (s.dtypes.empty() || s.dtypes.size() == s.counts.size()) && shapes_well_formed(s);
+                     });
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ void encode_header(const CycleMessage& m, uint32_t eager_bytes, std::string* out
 inline size_t eager_start(size_t header_end) { return (header_end + 7) / 8 * 8; }
 // Decodes the message that starts at raw[offset] and runs to raw's end into *m (its vectors
 // keep their capacity; m->eager points into raw). False when it is malformed: truncated,
-// followed by other bytes, naming one request twice, or a group's dtypes not one per tensor.
+// followed by other bytes, naming one request twice, or a group's dtypes or shapes not one per tensor.
 bool decode_message(const std::string& raw, size_t offset, CycleMessage* m);
 // Whether bit `i` of a bit vector is set.
 inline bool bit(const std::vector<uint64_t>& v, size_t i) { return i / 64 < v.size() && (v[i / 64] >> (i % 64)) & 1; }

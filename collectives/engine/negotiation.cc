@@ -53,6 +53,8 @@ std::vector<Field> spec_fields(const Spec& base, bool several) {
       {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
       {"postscale factor", [](const Spec& s) { return fmt_double(s.postscale); }},
       {"number of tensors", [](const Spec& s) { return std::to_string(s.counts.size()); }},
+      // Horovod's: the whole shape, or every dimension but the first where rows differ.
+      {"tensor shapes", [rows = per_rank_rows(base.kind)](const Spec& s) { return shapes_label(s, rows); }},
       {"elements per row", [](const Spec& s) { return std::to_string(s.row_elems); }},
   };
   if (!per_rank_rows(base.kind))

@@ -42,12 +42,21 @@ struct Spec {
   // A grouped allreduce of several dtypes: each tensor's (empty: every tensor is `dtype`).
   // Such a group is neither eager nor fused: each tensor runs on the ring in its dtype.
   std::vector<uint8_t> dtypes;
+  // Each tensor's shape, when the caller gave them (hvd_next_call): its number of
+  // dimensions, then the dimensions, tensor after tensor. Empty: not given (counts only).
+  std::vector<int64_t> shapes;
   hvd_dtype_t dtype_at(size_t k) const { return static_cast<hvd_dtype_t>(dtypes.empty() ? dtype : dtypes[k]); }
   // Stands for a submission that its rank refused (the name was pending there): whatever
   // the other ranks pair with it fails too (Engine::submit).
   bool refused = false;
   bool same_as(const Spec& o) const;  // every agreed field
 };
+
+// Whether s.shapes is empty or one well-formed shape per tensor (a peer's message is checked).
+bool shapes_well_formed(const Spec& s);
+// s.shapes as "[17,1311]" ("[2,3] [4]" for a group), without each first dimension when
+// `skip_first` (the row-shaped kinds, whose first dimensions differ); "unknown" when not given.
+std::string shapes_label(const Spec& s, bool skip_first);
 
 // The reduction a spec's data goes through on the wire: an average reduces as a sum (the
 // division comes after).

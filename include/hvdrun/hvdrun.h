@@ -237,6 +237,48 @@ HVD_API int hvd_reducescatter(const void* sendbuf, void* recvbuf, size_t rows, s
                               hvd_op_t op);
 HVD_API void hvd_free(void* p);
 
+/* ---- Shapes and process sets ----
+ *
+ * hvd_next_call describes the next collective this thread submits (any call above, blocking
+ * or asynchronous, but hvd_join); that call takes the description whether it succeeds or
+ * not, and later calls have none.
+ *  - process_set: the set it runs in (0: every rank of the job; else an id from
+ *    hvd_add_process_set). Only the set's ranks call it (another rank's call is
+ *    HVD_ERR_INVALID_ARGUMENT); a broadcast's root is still a rank of the job, and must be
+ *    in the set; HVD_OP_AVERAGE divides by the set's size; the per-rank arrays of alltoall
+ *    (splits) and of hvd_result_rows have the set's size.
+ *  - the shapes of its ntensors tensors (0: none given): tensor i has ndims[i] (0..32)
+ *    dimensions, all of them in dims, one tensor after another. They must hold the call's
+ *    counts (allreduce, broadcast: the dimensions multiply to the count; allgatherv,
+ *    alltoall, reducescatter: the first is the rows, the others multiply to row_elems),
+ *    else HVD_ERR_INVALID_ARGUMENT. Ranks then agree on shapes, not only on counts, as
+ *    Horovod's do: a [17, 1311] tensor on one rank and [17, 23, 57] on another (or, for
+ *    allgatherv and alltoall, any dimension but the first that differs) fail on every rank
+ *    with HVD_ERR_MISMATCH naming the shapes and ranks. A call without shapes is compared
+ *    with the others by counts as before. */
+HVD_API int hvd_next_call(int process_set, int ntensors, const int* ndims, const long long* dims);
+
+/* Process sets (Horovod's): subsets of the job's ranks whose collectives run among
+ * themselves, each over its own ring and engine, concurrently with the other sets'. Every
+ * rank of the job (members or not) adds and removes sets by the same calls in the same
+ * order; ids count up from 1 (0 is the whole job). hvd_add_process_set takes `n` ranks (any
+ * order, none twice) and gives the set's id in *id; after hvd_init it needs
+ * HOROVOD_DYNAMIC_PROCESS_SETS=1 (or HVDRUN_DYNAMIC_PROCESS_SETS=1), as does
+ * hvd_remove_process_set, else HVD_ERR_INVALID_ARGUMENT; so is a set whose ranks an existing
+ * set has (the whole job included). hvd_init_process_sets, called by every rank right after
+ * hvd_init, adds `nsets` sets whose ranks lie one after another in `ranks` (sizes[i] each)
+ * without that variable; a set that exists already is skipped there. Removing set 0 or an
+ * unknown id is HVD_ERR_INVALID_ARGUMENT; removal fails the set's pending operations.
+ * hvd_shutdown removes every set. */
+HVD_API int hvd_add_process_set(const int* ranks, int n, int* id);
+HVD_API int hvd_init_process_sets(const int* ranks, const int* sizes, int nsets);
+HVD_API int hvd_remove_process_set(int id);
+/* Set `id`: *rank this rank's place in it (-1: not a member), *size its number of ranks,
+ * and (when ranks is not null) its ranks, ascending, in ranks[*size]. */
+HVD_API int hvd_process_set_info(int id, int* rank, int* size, int* ranks);
+/* The ids of the sets that exist, 0 first: *count of them, at most `capacity` written. */
+HVD_API int hvd_process_set_ids(int* ids, int capacity, int* count);
+
 /* What this build has. */
 HVD_API int hvd_nccl_built(void);      /* 1 or 0 */
 HVD_API int hvd_cuda_built(void);      /* 1 or 0 */

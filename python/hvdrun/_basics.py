@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hvdrun import _capi
+from hvdrun import _capi, _env
 from hvdrun.common.exceptions import NotInitializedError
 
 _NOT_INITIALIZED = "hvdrun has not been initialized; use hvd.init()."
@@ -12,13 +12,23 @@ _NOT_INITIALIZED = "hvdrun has not been initialized; use hvd.init()."
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Joins the job hvdrun started (its rendezvous); a program started without hvdrun is
-    a job of size 1. Horovod's `comm` (an MPI communicator) and `process_sets` are not
-    supported: hvdrun has one global set of ranks."""
+    a job of size 1. Horovod's `comm` (an MPI communicator) is not supported.
+    `process_sets`: a list of hvd.ProcessSet to register (every rank passes the same sets),
+    or "dynamic" (HOROVOD_DYNAMIC_PROCESS_SETS=1: hvd.add_process_set later)."""
+    from hvdrun.common import process_sets as ps  # (it imports this module's users)
+
     if comm is not None:
         raise ValueError("hvd.init(comm=...): hvdrun takes no MPI communicator; start the job with hvdrun")
-    if process_sets is not None:
-        raise ValueError("hvd.init(process_sets=...): hvdrun has only the global process set")
+    if isinstance(process_sets, str) and process_sets.lower() == "dynamic":
+        process_sets = []
+        _env.allow_dynamic_process_sets()
+    sets = list(process_sets or [])
+    if any(not isinstance(s, ps.ProcessSet) for s in sets):
+        raise ValueError("hvd.init(process_sets=...): expected a list of hvd.ProcessSet or \"dynamic\"")
     _capi.init()
+    if sets:
+        _capi.init_process_sets([s.ranks for s in sets])
+    ps._init_process_sets(sets)
 
 
 def shutdown() -> None:
@@ -116,3 +126,10 @@ def ccl_built() -> bool:
 
 def rocm_built() -> bool:
     return False
+
+
+def _get_process_set_ids_and_ranks() -> dict:
+    """Horovod's basics call (hvd.mpi_ops._basics): {process set id: its ranks}."""
+    from hvdrun.common import process_sets
+
+    return process_sets._get_process_set_ids_and_ranks()

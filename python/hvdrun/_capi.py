@@ -99,6 +99,13 @@ _PROTOTYPES = {
                                                ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _c_handle_p]),
     "hvd_result_rows": (ctypes.c_int, [_c_handle, _c_size_p]),
     "hvd_wait_result": (ctypes.c_int, [_c_handle, ctypes.c_void_p]),
+    # Shapes and process sets.
+    "hvd_next_call": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, _c_int_p, ctypes.POINTER(ctypes.c_longlong)]),
+    "hvd_add_process_set": (ctypes.c_int, [_c_int_p, ctypes.c_int, _c_int_p]),
+    "hvd_init_process_sets": (ctypes.c_int, [_c_int_p, _c_int_p, ctypes.c_int]),
+    "hvd_remove_process_set": (ctypes.c_int, [ctypes.c_int]),
+    "hvd_process_set_info": (ctypes.c_int, [ctypes.c_int, _c_int_p, _c_int_p, _c_int_p]),
+    "hvd_process_set_ids": (ctypes.c_int, [_c_int_p, ctypes.c_int, _c_int_p]),
     "hvd_nccl_built": (ctypes.c_int, []),
     "hvd_cuda_built": (ctypes.c_int, []),
     "hvd_nccl_version": (ctypes.c_int, []),
@@ -203,6 +210,7 @@ def _check(rc: int, what: str) -> None:
 def _bname(name: str) -> bytes:
     b = name.encode()
     if b"\0" in b:
+        _fn("hvd_next_call")(0, 0, None, None)  # the refused call takes hvd_next_call's description
         raise InvalidArgumentError(f"collective name {name!r} contains a NUL character")
     return b
 
@@ -375,3 +383,50 @@ def result_rows(handle: int, nranks: int, what: str) -> List[int]:
 
 def wait_result(handle: int, recv: int, what: str) -> None:
     _check(_fn("hvd_wait_result")(handle, recv), what)
+
+
+# --- Shapes and process sets ----------------------------------------------------------------
+def next_call(process_set: int, shapes: Sequence[Sequence[int]]) -> None:
+    """Describes the next collective this thread submits: its process set and its tensors'
+    shapes (which the ranks then agree on, as Horovod's do). In the global set, tensors of at
+    most one dimension need none: their counts say as much (and the call saves its cost)."""
+    if process_set == 0 and all(len(s) <= 1 for s in shapes):
+        return
+    n = len(shapes)
+    flat = [int(d) for s in shapes for d in s]
+    _check(_fn("hvd_next_call")(process_set, n, (ctypes.c_int * n)(*[len(s) for s in shapes]),
+                                (ctypes.c_longlong * len(flat))(*flat)), "hvd_next_call")
+
+
+def add_process_set(ranks: Sequence[int]) -> int:
+    out = ctypes.c_int(-1)
+    _check(_fn("hvd_add_process_set")((ctypes.c_int * len(ranks))(*ranks), len(ranks), ctypes.byref(out)),
+           "hvd_add_process_set")
+    return out.value
+
+
+def init_process_sets(sets: Sequence[Sequence[int]]) -> None:
+    flat = [r for s in sets for r in s]
+    _check(_fn("hvd_init_process_sets")((ctypes.c_int * len(flat))(*flat), (ctypes.c_int * len(sets))(*map(len, sets)),
+                                        len(sets)), "hvd_init_process_sets")
+
+
+def remove_process_set(process_set: int) -> None:
+    _check(_fn("hvd_remove_process_set")(process_set), "hvd_remove_process_set")
+
+
+def process_set_info(process_set: int) -> Tuple[int, List[int]]:
+    """(this rank's place in the set or -1, the set's ranks)."""
+    r, n = ctypes.c_int(-1), ctypes.c_int(0)
+    _check(_fn("hvd_process_set_info")(process_set, ctypes.byref(r), ctypes.byref(n), None), "hvd_process_set_info")
+    ranks = (ctypes.c_int * n.value)()
+    _check(_fn("hvd_process_set_info")(process_set, ctypes.byref(r), ctypes.byref(n), ranks), "hvd_process_set_info")
+    return r.value, list(ranks)
+
+
+def process_set_ids() -> List[int]:
+    n = ctypes.c_int(0)
+    _check(_fn("hvd_process_set_ids")(None, 0, ctypes.byref(n)), "hvd_process_set_ids")
+    ids = (ctypes.c_int * n.value)()
+    _check(_fn("hvd_process_set_ids")(ids, n.value, ctypes.byref(n)), "hvd_process_set_ids")
+    return list(ids)

@@ -11,6 +11,9 @@ import os
 LIBRARY = "HVDRUN_LIBRARY"
 HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
 NAMES = (LIBRARY, HOROVOD_ELASTIC)
+# Written, never read here (hvd.init(process_sets="dynamic")): libhvdrun reads it, as
+# HVDRUN_DYNAMIC_PROCESS_SETS's Horovod spelling.
+HOROVOD_DYNAMIC_PROCESS_SETS = "HOROVOD_DYNAMIC_PROCESS_SETS"
 
 
 def library() -> str:
@@ -22,3 +25,9 @@ def horovod_elastic() -> bool:
     """HOROVOD_ELASTIC, as Horovod reads it: exactly "1", looked up each time (an optimizer
     made after it is set registers its hooks even in a job of one rank)."""
     return os.environ.get(HOROVOD_ELASTIC) == "1"
+
+
+def allow_dynamic_process_sets() -> None:
+    """hvd.init(process_sets="dynamic"), as Horovod's: sets HOROVOD_DYNAMIC_PROCESS_SETS=1,
+    which libhvdrun reads (its tunables table) when a set is added or removed."""
+    os.environ[HOROVOD_DYNAMIC_PROCESS_SETS] = "1"

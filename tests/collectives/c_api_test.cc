@@ -110,3 +110,53 @@ TEST(CApi, VersionAndBuildQueries) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 29.4: a call's shapes (hvd_next_call) must hold its counts; the next call takes
+// them, whatever its outcome, and the one after has none.
+TEST(CApi, NextCallShapesMustHoldTheCountsAndServeOneCall) {
+  JobOfOne job;
+  std::vector<float> x(6, 1.f);
+  const int nd[] = {2};
+  const long long wrong[] = {4, 2}, right[] = {3, 2};
+  ASSERT_EQ(hvd_next_call(0, 1, nd, wrong), HVD_SUCCESS) << last_error();
+  EXPECT_EQ(hvd_allreduce(x.data(), x.data(), 6, HVD_FLOAT32, HVD_OP_SUM), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("does not hold its 6 elements"), std::string::npos) << last_error();
+  EXPECT_EQ(hvd_allreduce(x.data(), x.data(), 6, HVD_FLOAT32, HVD_OP_SUM), HVD_SUCCESS) << "the shapes were taken";
+  ASSERT_EQ(hvd_next_call(0, 1, nd, right), HVD_SUCCESS);
+  hvd_handle_t h = 0;
+  ASSERT_EQ(hvd_allreduce_async("shaped", x.data(), x.data(), 6, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h), HVD_SUCCESS)
+      << last_error();
+  EXPECT_EQ(hvd_wait(h), HVD_SUCCESS) << last_error();
+  const int bad_nd[] = {-1};
+  EXPECT_EQ(hvd_next_call(0, 1, bad_nd, right), HVD_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(hvd_next_call(7, 0, nullptr, nullptr), HVD_SUCCESS);
+  EXPECT_EQ(hvd_allreduce_async("set7", x.data(), x.data(), 6, HVD_FLOAT32, HVD_OP_SUM, 1, 1, &h),
+            HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("no process set 7"), std::string::npos) << last_error();
+}
+
+// Issue 29.6 in a job of one: the global set (0) only, whose ranks no other set may have.
+TEST(CApi, AJobOfOneHasTheGlobalProcessSet) {
+  int rank = -1, size = -1, ranks[1] = {-1}, ids[4] = {-1, -1, -1, -1}, count = 0;
+  EXPECT_EQ(hvd_process_set_info(0, &rank, &size, ranks), HVD_ERR_NOT_INITIALIZED);
+  JobOfOne job;
+  ASSERT_EQ(hvd_process_set_info(0, &rank, &size, ranks), HVD_SUCCESS) << last_error();
+  EXPECT_EQ(rank, 0);
+  EXPECT_EQ(size, 1);
+  EXPECT_EQ(ranks[0], 0);
+  const int zero[] = {0}, one[] = {1};
+  EXPECT_EQ(hvd_init_process_sets(zero, one, 1), HVD_SUCCESS) << "a repeat of the global set is skipped";
+  int id = -1;
+  EXPECT_EQ(hvd_add_process_set(zero, 1, &id), HVD_ERR_INVALID_ARGUMENT) << "not dynamic";
+  EXPECT_NE(last_error().find("HOROVOD_DYNAMIC_PROCESS_SETS=1"), std::string::npos) << last_error();
+  EXPECT_EQ(hvd_add_process_set(one, 1, &id), HVD_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(hvd_process_set_ids(ids, 4, &count), HVD_SUCCESS);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(hvd_process_set_info(3, &rank, &size, nullptr), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hvd_remove_process_set(0), HVD_ERR_INVALID_ARGUMENT);
+}
+
+}  // namespace

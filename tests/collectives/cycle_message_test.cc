@@ -42,6 +42,7 @@ TEST(CycleMessage, WhatOneRankEncodesIsWhatEveryPeerDecodes) {
   m.invalid = {"stale.a", "stale.b"};
   m.specs = {spec("a", OpKind::kAllreduce), spec("b", OpKind::kBroadcast), spec("c", OpKind::kAlltoall)};
   m.specs[0].dtypes = {HVD_FLOAT64, HVD_INT32};
+  m.specs[0].shapes = {2, 7, 1, 1, 9};  // [7,1] and [9]
   const std::string eager(24, 'e');
   std::string raw = framed(m, eager);
   CycleMessage got;
@@ -79,6 +80,14 @@ TEST(CycleMessage, TruncatedExtendedOrDuplicatedMessagesAreRefused) {
   m.specs = {spec("g", OpKind::kAllreduce)};
   m.specs[0].dtypes = {HVD_FLOAT32};  // two tensors, one dtype
   EXPECT_FALSE(decode_message(framed(m, ""), 8, &got)) << "a group's dtypes not one per tensor";
+  m.specs[0].dtypes.clear();
+  m.specs[0].shapes = {1, 7};  // two tensors, one shape
+  EXPECT_FALSE(decode_message(framed(m, ""), 8, &got)) << "shapes not one per tensor";
+  m.specs[0].shapes = {1, 7, 3, 9};  // the second claims three dimensions, gives one
+  EXPECT_FALSE(decode_message(framed(m, ""), 8, &got)) << "a shape longer than the shapes";
+  m.specs[0].shapes = {1, 7, 1, 9};
+  EXPECT_TRUE(decode_message(framed(m, ""), 8, &got));
+  EXPECT_EQ(got.specs[0].shapes, m.specs[0].shapes);
 }
 
 }  // namespace

@@ -87,36 +87,7 @@ TEST(HierarchyWanted, AnUnknownValueIsAnErrorNamingIt) {
   EXPECT_EQ(w.error().message, "HOROVOD_HIERARCHICAL_ALLREDUCE='yes': expected auto, 1 or 0");
 }
 
-// Every rank's set-up of the hierarchy: its address in `store`, a listener of its own.
-struct HierarchyJob {
-  std::vector<std::string> hosts;
-  transport::MemoryStore store;
-  std::vector<transport::Listener> listeners;
-  std::string secret = auth::new_secret();
-
-  explicit HierarchyJob(std::vector<std::string> h, bool registered = true) : hosts(std::move(h)) {
-    for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
-      auto l = transport::listen_tcp("127.0.0.1", "127.0.0.1");
-      EXPECT_TRUE(l.ok());
-      if (registered) store.add_peer({r, hosts[r], "127.0.0.1", l->port});
-      listeners.push_back(std::move(*l));
-    }
-  }
-  HierarchySetup setup(int r, double timeout_s = 20) {
-    HierarchySetup s;
-    s.store = &store;
-    s.listen_fd = listeners[r].fd.get();
-    s.rank = r;
-    s.size = static_cast<int>(hosts.size());
-    s.pairs.secret = secret;
-    s.pairs.self_rank = r;
-    s.pairs.self_host = hosts[r];
-    s.pairs.shm_ring_bytes = 1 << 16;
-    s.pairs.deadline = transport::Clock::now() + std::chrono::seconds(20);
-    s.timeout_s = timeout_s;
-    return s;
-  }
-};
+using ringtest::HierarchyJob;
 
 // The addresses come from the store, the local and the cross rings are connected phase by
 // phase (the store's barriers), and the collectives then take the hierarchical path.

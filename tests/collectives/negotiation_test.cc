@@ -50,6 +50,42 @@ TEST(Negotiation, ReadyNamesRunInTheOrderTheyWereFirstAnnounced) {
   EXPECT_EQ(c.names(c.cycle()), (std::vector<std::string>{"z", "a", "m"}));
 }
 
+// Issue 29.4: Horovod compares shapes, not only counts: [17, 1311] and [17, 23, 57] hold the
+// same number of elements and must still fail on every rank.
+TEST(Negotiation, EqualCountsOfDifferentShapesAreAMismatchNamingTheShapes) {
+  Cluster c(3);
+  for (int r = 0; r < 3; ++r) c.msgs[r].specs = {allreduce("a", 17 * 1311)};
+  c.msgs[0].specs[0].shapes = {2, 17, 1311};
+  c.msgs[1].specs[0].shapes = {3, 17, 23, 57};
+  c.msgs[2].specs[0].shapes = {2, 17, 1311};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().kind, ErrorKind::kMismatch);
+  EXPECT_EQ(out.responses[0].status.error().message,
+            "allreduce 'a': mismatched tensor shapes: [17,1311] on ranks 0,2; [17,23,57] on rank 1");
+}
+
+// Allgather's and alltoall's first dimensions differ from rank to rank; the others may not.
+TEST(Negotiation, RowShapedKindsCompareEveryDimensionButTheFirst) {
+  Cluster c(2);
+  for (int r = 0; r < 2; ++r) {
+    c.msgs[r].specs = {of_kind("g", OpKind::kAllgatherv), of_kind("ok", OpKind::kAllgatherv)};
+    for (auto& s : c.msgs[r].specs) s.row_elems = 6;
+  }
+  c.msgs[0].specs[0].shapes = {3, 4, 2, 3};
+  c.msgs[1].specs[0].shapes = {3, 4, 3, 2};
+  c.msgs[0].specs[1].shapes = {2, 4, 6};
+  c.msgs[1].specs[1].shapes = {2, 9, 6};
+  c.msgs[1].specs[1].counts = {9};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 2u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().message,
+            "allgather 'g': mismatched tensor shapes: [2,3] on rank 0; [3,2] on rank 1");
+  EXPECT_TRUE(out.responses[1].status) << out.responses[1].status.error().message;
+}
+
 TEST(Negotiation, AMismatchFailsTheNameNamingEachValuesRanks) {
   Cluster c(3);
   c.msgs[0].specs = {allreduce("a")};

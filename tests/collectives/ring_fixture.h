@@ -18,6 +18,7 @@
 #include "collectives/ring.h"
 #include "common/auth.h"
 #include "reference.h"
+#include "transport/memory_store.h"
 #include "transport/socket_util.h"
 
 namespace hvdrun::ringtest {
@@ -245,5 +246,36 @@ inline auto every_ring_case() {
 inline std::string ring_case_name(const ::testing::TestParamInfo<RingCase>& i) {
   return std::to_string(i.param.n) + "_" + i.param.mode;
 }
+
+// Every rank's set-up of the hierarchy: its address in `store`, a listener of its own.
+struct HierarchyJob {
+  std::vector<std::string> hosts;
+  transport::MemoryStore store;
+  std::vector<transport::Listener> listeners;
+  std::string secret = auth::new_secret();
+
+  explicit HierarchyJob(std::vector<std::string> h, bool registered = true) : hosts(std::move(h)) {
+    for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+      auto l = transport::listen_tcp("127.0.0.1", "127.0.0.1");
+      EXPECT_TRUE(l.ok());
+      if (registered) store.add_peer({r, hosts[r], "127.0.0.1", l->port});
+      listeners.push_back(std::move(*l));
+    }
+  }
+  HierarchySetup setup(int r, double timeout_s = 20) {
+    HierarchySetup s;
+    s.store = &store;
+    s.listen_fd = listeners[r].fd.get();
+    s.rank = r;
+    s.size = static_cast<int>(hosts.size());
+    s.pairs.secret = secret;
+    s.pairs.self_rank = r;
+    s.pairs.self_host = hosts[r];
+    s.pairs.shm_ring_bytes = 1 << 16;
+    s.pairs.deadline = transport::Clock::now() + std::chrono::seconds(20);
+    s.timeout_s = timeout_s;
+    return s;
+  }
+};
 
 }  // namespace hvdrun::ringtest

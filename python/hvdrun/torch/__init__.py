@@ -8,14 +8,15 @@ from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError,
 from hvdrun.torch.compression import Compression
 from hvdrun.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                     broadcast_parameters)
-from hvdrun.torch.mpi_ops import (Average, Max, Min, Product, ProcessSet, Sum, allgather, allgather_async,
+from hvdrun.torch.mpi_ops import (Average, Max, Min, Product, ProcessSet, Sum, add_process_set, allgather, allgather_async,
                                   allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall,
                                   alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
                                   broadcast_async_, cross_rank, cross_size, cuda_built, global_process_set,
                                   gloo_built, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                   grouped_allreduce_async_, init, is_homogeneous, is_initialized, join,
                                   local_rank, local_size, mpi_built, mpi_threads_supported, nccl_built, poll,
-                                  rank, reducescatter, reducescatter_async, shutdown, size, synchronize)
+                                  rank, reducescatter, reducescatter_async, remove_process_set, shutdown, size,
+                                  synchronize)
 from hvdrun.torch.mpi_ops import Adasum, ccl_built, ddl_built, gloo_enabled, mpi_enabled, rocm_built
 from hvdrun.torch.grouped_ops import (grouped_allgather, grouped_allgather_async, grouped_reducescatter,
                                       grouped_reducescatter_async)
@@ -27,7 +28,8 @@ from hvdrun.torch import elastic  # noqa: E402  (hvd.elastic.run, as horovod.tor
 __all__ = [
     "__version__", "HorovodInternalError", "InvalidArgumentError", "NotInitializedError", "Compression",
     "allgather_object", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
-    "Average", "Max", "Min", "Product", "Sum", "ProcessSet", "global_process_set",
+    "Average", "Max", "Min", "Product", "Sum", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
     "allgather", "allgather_async", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "alltoall", "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",

@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import operator
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from hvdrun import _capi
 from hvdrun._basics import rank, size
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError
+from hvdrun.common.process_sets import ProcessSet, global_process_set  # noqa: F401 (re-exported)
 
 # Reduction ops (ints, as Horovod's).
 Sum = _capi.OP_SUM
@@ -33,34 +34,22 @@ _DTYPES: Dict[torch.dtype, int] = {
 }
 
 
-class ProcessSet:
-    """Horovod's process set. hvdrun has one: every rank of the job (global_process_set)."""
-
-    process_set_id = 0
-
-    def size(self) -> int:
-        return size()
-
-    def rank(self) -> int:
-        return rank()
-
-    def included(self) -> bool:
-        return True
-
-    @property
-    def ranks(self) -> List[int]:
-        return list(range(size()))
-
-    def __repr__(self) -> str:
-        return "ProcessSet(process_set_id=0, global)"
+def _check_process_set(ps: Any) -> int:
+    """The id of a registered process set (ValueError for anything else)."""
+    if ps is None:
+        return 0
+    if not isinstance(ps, ProcessSet) or ps.process_set_id is None:
+        raise InvalidArgumentError(f"process_set {ps}: expected a registered hvd.ProcessSet (hvd.init(process_sets="
+                                   "...) or hvd.add_process_set)")
+    return int(ps.process_set_id)
 
 
-global_process_set = ProcessSet()
-
-
-def _check_process_set(ps: Any) -> None:
-    if ps is not None and ps is not global_process_set:
-        raise InvalidArgumentError("process sets other than hvd.global_process_set are not supported by hvdrun")
+def _set_rank_size(ps_id: int) -> Tuple[int, int]:
+    """This rank's place in a set and the set's size (the job's for set 0)."""
+    if ps_id == 0:
+        return rank(), size()
+    r, ranks = _capi.process_set_info(ps_id)
+    return r, len(ranks)
 
 
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:

@@ -28,11 +28,13 @@ _handle_ids = itertools.count(1)
 _noname_ids: Dict[str, "itertools.count[int]"] = {}
 
 
-def _op_name(kind: str, name: Optional[str]) -> str:
+def _op_name(kind: str, name: Optional[str], process_set: int = 0) -> str:
+    """Horovod's name of an operation; unnamed ones are counted per kind and process set
+    (each set pairs its own calls: calls in other sets do not move its count)."""
     if name is not None:
         return f"{kind}.{name}"
     with _lock:
-        counter = _noname_ids.setdefault(kind, itertools.count())
+        counter = _noname_ids.setdefault(f"{kind}@{process_set}" if process_set else kind, itertools.count())
         return f"{kind}.noname.{next(counter)}"
 
 

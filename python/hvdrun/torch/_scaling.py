@@ -32,7 +32,8 @@ class _Scaling(NamedTuple):
     after: float  # the factor applied here to the result (1.0: none)
 
 
-def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: bool) -> _Scaling:
+def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: bool,
+             n: Optional[int] = None) -> _Scaling:
     """Horovod's prescale, postscale and Average (a sum times postscale / size()) for
     `tensor`. libhvdrun applies them itself (native) to floating allreduces only; an integer
     tensor, and every reducescatter, is scaled here, in its own dtype as Horovod does."""
@@ -40,11 +41,12 @@ def _scaling(tensor: torch.Tensor, op: int, pre: float, post: float, native: boo
         return _Scaling(tensor, op, pre, post, 1.0)
     send = _scale(tensor, pre) if pre != 1.0 else tensor
     if op == Average and not tensor.is_floating_point():
-        return _Scaling(send, Sum, 1.0, 1.0, post / size())
+        return _Scaling(send, Sum, 1.0, 1.0, post / (n or size()))  # n: a process set's size
     return _Scaling(send, op, 1.0, 1.0, post)
 
 
-def _group_scalings(tensors: Sequence[torch.Tensor], op: int, pre: float, post: float) -> List[_Scaling]:
+def _group_scalings(tensors: Sequence[torch.Tensor], op: int, pre: float, post: float,
+                    n: Optional[int] = None) -> List[_Scaling]:
     """The scalings of a grouped allreduce, which goes to libhvdrun as one operation with one
     op and one pair of factors: libhvdrun applies them when every tensor is floating; a
     group with an integer tensor is scaled here for all of them (Average as a Sum times
@@ -52,5 +54,5 @@ def _group_scalings(tensors: Sequence[torch.Tensor], op: int, pre: float, post: 
     if all(t.is_floating_point() for t in tensors):
         return [_scaling(t, op, pre, post, native=True) for t in tensors]
     if op == Average:
-        op, post = Sum, post / size()
+        op, post = Sum, post / (n or size())
     return [_scaling(t, op, pre, post, native=False) for t in tensors]

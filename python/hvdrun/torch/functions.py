@@ -11,7 +11,7 @@ import torch
 
 from hvdrun.common.exceptions import InvalidArgumentError
 from hvdrun.torch.mpi_ops import (ProcessSet, _check_process_set, _dtype_of, _root, allgather, broadcast_,
-                                  broadcast_async_, global_process_set, rank, size, synchronize)
+                                  broadcast_async_, global_process_set, rank, synchronize)
 
 try:  # cloudpickle (as Horovod) when present: it also takes lambdas and local classes
     import cloudpickle as _pickler  # type: ignore[import-not-found]
@@ -47,7 +47,7 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], List[Any]], root
                                    "one tensor per name")
     if tensors:
         _root("broadcast_parameters", root_rank)
-    handles = [broadcast_async_(t, root_rank, name) for name, t in tensors]
+    handles = [broadcast_async_(t, root_rank, name, process_set) for name, t in tensors]
     for h in handles:
         synchronize(h)
 
@@ -79,7 +79,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
     # Options of each param group (lr, momentum, ...), as the root has them.
     options = [{k: v for k, v in g.items() if k != "params"} for g in state_dict["param_groups"]]
-    options = broadcast_object(options, root_rank)
+    options = broadcast_object(options, root_rank, process_set=process_set)
     for g, opts in zip(state_dict["param_groups"], options):
         g.update(opts)
 
@@ -96,8 +96,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                 tensors.append((f"optimizer_state.{pid}.{key}", v))
             else:
                 scalars[(pid, key)] = v
-    broadcast_parameters(tensors, root_rank)
-    for (pid, key), v in broadcast_object(scalars, root_rank).items():
+    broadcast_parameters(tensors, root_rank, process_set)
+    for (pid, key), v in broadcast_object(scalars, root_rank, process_set=process_set).items():
         state_dict["state"][pid][key] = v
     optimizer.load_state_dict(state_dict)
 
@@ -111,12 +111,12 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
         _pickler.dump(obj, b)
         t = torch.frombuffer(bytearray(b.getvalue()), dtype=torch.uint8) if b.tell() else torch.empty(0, dtype=torch.uint8)
         sz = torch.tensor([t.numel()], dtype=torch.int64)
-        broadcast_(sz, root_rank, None if name is None else name + ".sz")
+        broadcast_(sz, root_rank, None if name is None else name + ".sz", process_set)
     else:
         sz = torch.tensor([0], dtype=torch.int64)
-        broadcast_(sz, root_rank, None if name is None else name + ".sz")
+        broadcast_(sz, root_rank, None if name is None else name + ".sz", process_set)
         t = torch.empty(int(sz.item()), dtype=torch.uint8)
-    broadcast_(t, root_rank, None if name is None else name + ".t")
+    broadcast_(t, root_rank, None if name is None else name + ".t", process_set)
     if rank() != root_rank:
         obj = _pickler.loads(t.numpy().tobytes())
     return obj
@@ -132,10 +132,10 @@ def allgather_object(obj: Any, name: Optional[str] = None,
     name = type(obj).__name__ if name is None else name
     data = _pickler.dumps(obj)
     t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz")
-    gathered = allgather(t, name=name + ".t").numpy().tobytes()
+    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz", process_set=process_set)
+    gathered = allgather(t, name=name + ".t", process_set=process_set).numpy().tobytes()
     out, start = [], 0
-    for i in range(size()):
+    for i in range(len(sizes)):
         n = int(sizes[i])
         out.append(_pickler.loads(gathered[start:start + n]))
         start += n

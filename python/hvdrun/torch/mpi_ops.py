@@ -22,13 +22,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from hvdrun import _basics  # noqa: F401 (Horovod's hvd.mpi_ops._basics)
 from hvdrun import _capi
 from hvdrun._basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                             is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, require_init, rocm_built, shutdown, size)
 from hvdrun.common.exceptions import HorovodInternalError, InvalidArgumentError, NotInitializedError
+from hvdrun.common.process_sets import add_process_set, remove_process_set
 from hvdrun.torch._arguments import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, _buffer_dtype,
-                                     _check_process_set, _dtype_of, _factor, _root, global_process_set,
+                                     _check_process_set, _dtype_of, _factor, _root, _set_rank_size, global_process_set,
                                      handle_average_backwards_compatibility)
 from hvdrun.torch._handles import _Pending, _op_name, _register, _wait_all, poll, synchronize
 from hvdrun.torch._scaling import _group_scalings, _scale, _scaling
@@ -38,7 +40,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "is_homogeneous", "nccl_built", "cuda_built", "mpi_built", "gloo_built", "mpi_threads_supported",
     "mpi_enabled", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
-    "Adasum", "Average", "Sum", "Min", "Max", "Product", "ProcessSet", "global_process_set",
+    "Adasum", "Average", "Sum", "Min", "Max", "Product", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
@@ -49,12 +52,14 @@ __all__ = [
 
 # --- allreduce ---------------------------------------------------------------------------------
 def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
-                     prescale_factor: float, postscale_factor: float) -> int:
+                     prescale_factor: float, postscale_factor: float, ps: int = 0) -> int:
     require_init()
     _dtype_of(tensor, "allreduce")
     sc = _scaling(tensor, op, _factor("allreduce", "prescale_factor", prescale_factor),
-                  _factor("allreduce", "postscale_factor", postscale_factor), native=True)
-    full = _op_name("allreduce", name)
+                  _factor("allreduce", "postscale_factor", postscale_factor), native=True,
+                  n=_set_rank_size(ps)[1] if ps else None)
+    full = _op_name("allreduce", name, ps)
+    _capi.next_call(ps, [tensor.shape])
     c = _capi.allreduce_async(full, sc.send.data_ptr(), output.data_ptr(), tensor.numel(),
                               _buffer_dtype(sc.send, output), sc.op, sc.prescale, sc.postscale)
 
@@ -72,10 +77,10 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing `tensor` across ranks into a new tensor; synchronize(handle) returns it."""
     op = handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     _dtype_of(tensor, "allreduce_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, ps)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -83,22 +88,24 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
                      process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing `tensor` across ranks in place; synchronize(handle) returns it."""
     op = handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+    ps = _check_process_set(process_set)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, ps)
 
 
 class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
-                postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
+                postscale_factor: float, process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
         return synchronize(allreduce_async(tensor, name=name, op=op, prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor))
+                                           postscale_factor=postscale_factor, process_set=process_set))
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
         return allreduce(grad_output.contiguous(), op=ctx.op, prescale_factor=ctx.prescale_factor,
-                         postscale_factor=ctx.postscale_factor), None, None, None, None
+                         postscale_factor=ctx.postscale_factor,
+                         process_set=ctx.process_set), None, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -110,7 +117,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     op = handle_average_backwards_compatibility(op, average)
     _check_process_set(process_set)
     compressed, cctx = compression.compress(tensor)
-    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, cctx)
 
 
@@ -125,7 +132,7 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
 # --- grouped allreduce -------------------------------------------------------------------------
 def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
                              name: Optional[str], op: int, prescale_factor: float,
-                             postscale_factor: float) -> int:
+                             postscale_factor: float, ps: int = 0) -> int:
     require_init()
     if len(tensors) == 0:
         raise InvalidArgumentError("grouped_allreduce: the list of tensors is empty")
@@ -135,8 +142,8 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
     post = _factor("grouped_allreduce", "postscale_factor", postscale_factor)
     # Everything is checked and prepared (prescaled integer copies included) before the
     # first part is submitted.
-    scs = _group_scalings(tensors, op, pre, post)
-    full = _op_name("grouped_allreduce", name)
+    scs = _group_scalings(tensors, op, pre, post, n=_set_rank_size(ps)[1] if ps else None)
+    full = _op_name("grouped_allreduce", name, ps)
     # One operation with each tensor's dtype, whatever the mix: the ranks' lists are compared
     # tensor by tensor (a rank whose dtypes differ fails the group everywhere at once; a
     # split by dtype named the parts after the local dtypes, so such a rank hung). libhvdrun
@@ -150,6 +157,7 @@ def _grouped_allreduce_async(tensors: Sequence[torch.Tensor], outputs: Sequence[
         for dev, idx in sorted(parts.items()):
             part_name = full if len(parts) == 1 else f"{full}.{dev}"
             sc = scs[idx[0]]  # one op and one pair of factors for the whole group (_group_scalings)
+            _capi.next_call(ps, [tensors[i].shape for i in idx])
             c_handles.append(_capi.grouped_allreduce_dtypes_async(
                 part_name, [scs[i].send.data_ptr() for i in idx], [outputs[i].data_ptr() for i in idx],
                 [tensors[i].numel() for i in idx], [_buffer_dtype(scs[i].send, outputs[i]) for i in idx], sc.op,
@@ -179,11 +187,11 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
                             postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing a list of tensors as one operation; synchronize returns new tensors."""
     op = handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     for t in tensors:
         _dtype_of(t, "grouped_allreduce_async")
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor)
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, ps)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -191,24 +199,26 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing a list of tensors in place as one operation."""
     op = handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
-    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor)
+    ps = _check_process_set(process_set)
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, ps)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: Optional[str], op: int, prescale_factor: float, postscale_factor: float,
-                *tensors: torch.Tensor) -> Any:  # type: ignore[override]
+                process_set: ProcessSet, *tensors: torch.Tensor) -> Any:  # type: ignore[override]
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
         return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
                                                          prescale_factor=prescale_factor,
-                                                         postscale_factor=postscale_factor)))
+                                                         postscale_factor=postscale_factor, process_set=process_set)))
 
     @staticmethod
     def backward(ctx: Any, *grad_output: torch.Tensor) -> Any:  # type: ignore[override]
         grads = grouped_allreduce([g.contiguous() for g in grad_output], op=ctx.op,
-                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor)
-        return (None, None, None, None, *grads)
+                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None, *grads)
 
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None, name: Optional[str] = None,
@@ -219,7 +229,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     op = handle_average_backwards_compatibility(op, average)
     _check_process_set(process_set)
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *compressed)
+    reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *compressed)
     return [compression.decompress(t, c) for t, c in zip(reduced, ctxs)]
 
 
@@ -245,11 +255,12 @@ def _prod(dims: Sequence[int]) -> int:
     return n
 
 
-def _finish_with_rows(p: _Pending, make_output: Callable[[List[int]], torch.Tensor]) -> Any:
-    """For outputs the other ranks size: reads the rows per rank, allocates, copies out."""
+def _finish_with_rows(p: _Pending, make_output: Callable[[List[int]], torch.Tensor], n: int) -> Any:
+    """For outputs the other ranks size: reads the rows from each of the n ranks, allocates,
+    copies out."""
     c = p.c_handles[0]
     try:
-        rows = _capi.result_rows(c, size(), p.what)
+        rows = _capi.result_rows(c, n, p.what)
     except HorovodInternalError:
         try:
             _capi.wait(c, p.what)  # releases the handle
@@ -266,17 +277,19 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     """Starts gathering every rank's `tensor` along the first dimension (which may differ
     between ranks; the other dimensions may not)."""
     require_init()
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     d = _dtype_of(tensor, "allgather")
     if tensor.dim() == 0:
         raise InvalidArgumentError("allgather: the tensor needs at least one dimension")
-    full = _op_name("allgather", name)
+    full = _op_name("allgather", name, ps)
     rows, row_elems = _rows(tensor)
+    n = _set_rank_size(ps)[1]
+    _capi.next_call(ps, [tensor.shape])
     c = _capi.allgatherv_async(full, tensor.data_ptr(), rows, row_elems, d)
     tail = tuple(tensor.shape[1:])
 
     def finish(p: _Pending) -> torch.Tensor:
-        out, _ = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail))
+        out, _ = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail), n)
         return out
 
     return _register(_Pending(f"allgather {full!r}", [c], (tensor,), finish))
@@ -284,33 +297,37 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
 
 class HorovodAllgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str]) -> torch.Tensor:  # type: ignore[override]
-        ctx.dim = tensor.shape[0]
-        return synchronize(allgather_async(tensor, name))
+    def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str],
+                process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
+        ctx.dim, ctx.process_set = tensor.shape[0], process_set
+        return synchronize(allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
-        grad_reduced = allreduce(grad_output.contiguous(), op=Average)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64))
-        offset = int(dims[:rank()].sum().item())
-        return grad_reduced.narrow(0, offset, ctx.dim), None
+        ps = ctx.process_set
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ps)
+        offset = int(dims[:_set_rank_size(_check_process_set(ps))[0]].sum().item())
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Every rank's `tensor` concatenated along the first dimension, by rank."""
     _check_process_set(process_set)
-    return HorovodAllgather.apply(tensor, name)
+    return HorovodAllgather.apply(tensor, name, process_set)
 
 
 # --- broadcast ---------------------------------------------------------------------------------
-def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str]) -> int:
+def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str],
+                     ps: int = 0) -> int:
     require_init()
     _dtype_of(tensor, "broadcast")
     root = _root("broadcast", root_rank)
-    full = _op_name("broadcast", name)
+    full = _op_name("broadcast", name, ps)
     if output is not tensor:
         output.copy_(tensor)
+    _capi.next_call(ps, [output.shape])
     c = _capi.broadcast_async(full, output.data_ptr(), output.numel(), _buffer_dtype(tensor, output), root)
 
     def finish(p: _Pending) -> torch.Tensor:
@@ -323,38 +340,38 @@ def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int,
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts broadcasting root_rank's `tensor` into a new tensor."""
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     _dtype_of(tensor, "broadcast_async")
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    return _broadcast_async(tensor, output, root_rank, name)
+    return _broadcast_async(tensor, output, root_rank, name, ps)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """Starts broadcasting root_rank's `tensor` into `tensor` on every rank, in place."""
-    _check_process_set(process_set)
-    return _broadcast_async(tensor, tensor, root_rank, name)
+    return _broadcast_async(tensor, tensor, root_rank, name, _check_process_set(process_set))
 
 
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:  # type: ignore[override]
-        ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+    def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: Optional[str],
+                process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
-        grad_reduced = allreduce(grad_output.contiguous(), op=Average)
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             grad_reduced = grad_reduced * 0
-        return grad_reduced, None, None
+        return grad_reduced, None, None, None
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """root_rank's `tensor`, as a new tensor on every rank."""
     _check_process_set(process_set)
-    return HorovodBroadcast.apply(tensor, root_rank, name)
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -370,12 +387,12 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
     `splits[r]` rows, or equal blocks when splits is None) and block r goes to rank r.
     synchronize(handle) returns (output, received_splits)."""
     require_init()
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     d = _dtype_of(tensor, "alltoall")
     if tensor.dim() == 0:
         raise InvalidArgumentError("alltoall: the tensor needs at least one dimension")
     rows, row_elems = _rows(tensor)
-    n = size()
+    n = _set_rank_size(ps)[1]
     split_list: Optional[List[int]] = None
     if splits is not None:
         split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
@@ -385,12 +402,13 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
     elif rows % n:
         raise InvalidArgumentError(f"alltoall: without splits the first dimension ({rows}) must be a multiple "
                                    f"of size() ({n})")
-    full = _op_name("alltoall", name)
+    full = _op_name("alltoall", name, ps)
+    _capi.next_call(ps, [tensor.shape])
     c = _capi.alltoall_async(full, tensor.data_ptr(), rows, row_elems, split_list, d)
     tail = tuple(tensor.shape[1:])
 
     def finish(p: _Pending) -> Tuple[torch.Tensor, torch.Tensor]:
-        out, recv_rows = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail))
+        out, recv_rows = _finish_with_rows(p, lambda r: tensor.new_empty((sum(r),) + tail), n)
         return out, torch.tensor(recv_rows, dtype=torch.int32)
 
     return _register(_Pending(f"alltoall {full!r}", [c], (tensor,), finish))
@@ -398,8 +416,10 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
 
 class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Optional[str]) -> Any:  # type: ignore[override]
-        output, received_splits = synchronize(alltoall_async(tensor, splits, name))
+    def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: Optional[str],
+                process_set: ProcessSet) -> Any:  # type: ignore[override]
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
         ctx.recvsplits = received_splits
         ctx.has_splits = splits is not None
         if splits is None:
@@ -409,8 +429,8 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor, *rest: Any) -> Any:  # type: ignore[override]
-        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.recvsplits))
-        return grad, None, None
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.recvsplits, process_set=ctx.process_set))
+        return grad, None, None, None
 
 
 def alltoall(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Sequence[int]]] = None,
@@ -419,7 +439,7 @@ def alltoall(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Sequence
     they send here, by rank. Returns the output, and with `splits` given also the rows
     received from each rank (received_splits, int32)."""
     _check_process_set(process_set)
-    return HorovodAlltoall.apply(tensor, splits, name)
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
 # --- reducescatter -----------------------------------------------------------------------------
@@ -429,15 +449,16 @@ def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[
     """Starts a reducescatter: `tensor` is reduced across ranks and its first dimension
     split among them, rank r getting rows/size() rows, one more when r < rows % size()."""
     require_init()
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     _check_reducescatter(tensor, op, "reducescatter")
+    r, n = _set_rank_size(ps)
     sc = _scaling(tensor, op, _factor("reducescatter", "prescale_factor", prescale_factor),
-                  _factor("reducescatter", "postscale_factor", postscale_factor), native=False)
+                  _factor("reducescatter", "postscale_factor", postscale_factor), native=False, n=n)
     rows, row_elems = _rows(tensor)
-    n, r = size(), rank()
     mine = rows // n + (1 if r < rows % n else 0)
     output = tensor.new_empty((mine,) + tuple(tensor.shape[1:]))
-    full = _op_name("reducescatter", name)
+    full = _op_name("reducescatter", name, ps)
+    _capi.next_call(ps, [tensor.shape])
     c = _capi.reducescatter_async(full, sc.send.data_ptr(), output.data_ptr(), rows, row_elems,
                                   _buffer_dtype(sc.send, output), int(sc.op))
 
@@ -458,25 +479,30 @@ def _check_reducescatter(tensor: torch.Tensor, op: int, what: str) -> None:
         raise InvalidArgumentError(f"{what}: a scalar cannot be scattered: the tensor needs at least one dimension")
 
 
-def _reducescatter_grad_scale(op: int, prescale_factor: float, postscale_factor: float) -> float:
-    """Horovod's factor on a reducescatter's gradient before it is gathered: size() for Sum
-    (1 for Average), times the prescale and postscale factors."""
-    return (size() if op == Sum else 1) * float(prescale_factor) * float(postscale_factor)
+def _reducescatter_grad_scale(op: int, prescale_factor: float, postscale_factor: float,
+                              n: Optional[int] = None) -> float:
+    """Horovod's factor on a reducescatter's gradient before it is gathered: the size of its
+    process set (`n`, else size()) for Sum (1 for Average), times the prescale and postscale
+    factors."""
+    return ((n or size()) if op == Sum else 1) * float(prescale_factor) * float(postscale_factor)
 
 
 class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
-                postscale_factor: float) -> torch.Tensor:  # type: ignore[override]
-        out = synchronize(reducescatter_async(tensor, op, name, prescale_factor=prescale_factor,
-                                              postscale_factor=postscale_factor))
-        ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
+                postscale_factor: float, process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
+        out = synchronize(reducescatter_async(tensor, op, name, process_set=process_set,
+                                              prescale_factor=prescale_factor, postscale_factor=postscale_factor))
+        n = _set_rank_size(_check_process_set(process_set))[1]
+        ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor, n)
+        ctx.process_set = process_set
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
         grad = grad_output.contiguous()
-        return allgather(grad * ctx.scale if ctx.scale != 1.0 else grad), None, None, None, None
+        return (allgather(grad * ctx.scale if ctx.scale != 1.0 else grad, process_set=ctx.process_set),
+                None, None, None, None, None)
 
 
 def reducescatter(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,
@@ -484,7 +510,7 @@ def reducescatter(tensor: torch.Tensor, op: int = Average, name: Optional[str] =
                   postscale_factor: float = 1.0) -> torch.Tensor:
     """This rank's share of the reduction of `tensor` across ranks (see reducescatter_async)."""
     _check_process_set(process_set)
-    return HorovodReducescatter.apply(tensor, name, op, prescale_factor, postscale_factor)
+    return HorovodReducescatter.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 # --- join, barrier -----------------------------------------------------------------------------
@@ -497,8 +523,8 @@ def join(device: int = -1) -> int:
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Returns when every rank has called barrier()."""
+    """Returns when every rank (of the process set) has called barrier()."""
     require_init()
-    _check_process_set(process_set)
+    _capi.next_call(_check_process_set(process_set), [])
     _capi.barrier()
 

@@ -34,9 +34,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Any, named_parameters: Optional[Sequence[Tuple[str, torch.Tensor]]],
                  compression: Any, backward_passes_per_step: int = 1, op: int = Average,
                  gradient_predivide_factor: float = 1.0, groups: Optional[Union[int, List[List[torch.Tensor]]]] = None,
-                 sparse_as_dense: bool = False) -> None:
+                 sparse_as_dense: bool = False, process_set: ProcessSet = global_process_set) -> None:
         super(self.__class__, self).__init__(params)  # type: ignore[misc]
         self._compression = compression
+        self.process_set = process_set
 
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -74,7 +75,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._groups = groups
         self._p_to_group: Dict[torch.Tensor, Tuple[torch.Tensor, ...]] = {}
         self._group_counts: Dict[Tuple[torch.Tensor, ...], int] = {}
-        if size() > 1 or _env.horovod_elastic():
+        if process_set.included() and (size() > 1 or _env.horovod_elastic()):
             self._register_hooks()
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> None:
@@ -94,7 +95,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._groups is not None:
             p_list = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
             # Every rank forms the same groups in the same order: rank 0's.
-            names = broadcast_object([self._parameter_names.get(p) for p in p_list], root_rank=0)
+            names = broadcast_object([self._parameter_names.get(p) for p in p_list],
+                                     root_rank=self.process_set.ranks[0] if self.process_set.ranks else 0,
+                                     process_set=self.process_set)
             order = {n: i for i, n in enumerate(names)}
             p_list = sorted(p_list, key=lambda p: order[self._parameter_names.get(p)])
             if isinstance(self._groups, list):
@@ -139,12 +142,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             prescale, postscale = 1.0, 1.0
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=prescale,
-                                  postscale_factor=postscale)
+                                  postscale_factor=postscale, process_set=self.process_set)
         return handle, ctx
 
     def _sparse_allreduce_grad_async(self, p: torch.Tensor, name: Optional[str]) -> Tuple[Any, Any]:
         """A sparse gradient: hvd.sparse_allreduce_async's callable."""
-        return sparse_allreduce_async(p.grad, name=name, op=self.op), None
+        return sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set), None
 
     def _grouped_allreduce_grad_async(self, ps: Tuple[torch.Tensor, ...]) -> Tuple[int, Any]:
         for p in ps:
@@ -162,7 +165,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             prescale, postscale = 1.0, 1.0
         handle = grouped_allreduce_async_(list(compressed), name=name, op=self.op, prescale_factor=prescale,
-                                          postscale_factor=postscale)
+                                          postscale_factor=postscale, process_set=self.process_set)
         return handle, ctxs
 
     def _make_hook(self, p: torch.Tensor) -> Any:
@@ -195,7 +198,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self) -> None:
         """Waits for every gradient's allreduce (submitting those that backward did not
-        produce) and puts the results in the gradients."""
+        produce) and puts the results in the gradients. A rank outside the optimizer's
+        process set reduces nothing."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         completed = set()
         for x in self._handles.keys():
             completed.update(x) if isinstance(x, tuple) else completed.add(x)
@@ -318,4 +325,4 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
             raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -17,7 +17,7 @@ Result<std::string> check_host(const HostNeed& need, const ProcessBudget& have) 
 }
 
 Result<PreparedHost> prepare_host(const HostNeed& need, double kill_grace) {
-  auto exe = check_host(need, read_process_budget());
+  auto exe = check_host(need, read_process_budget(tasks_needed(need.budget)));
   if (!exe) return exe.error();
   // The watchdog is forked before any thread or connection of ours exists.
   auto watchdog = Watchdog::start(kill_grace);

@@ -52,6 +52,7 @@ std::string encode_job(const AgentJob& job) {
   j["kill_grace"] = job.kill_grace;
   j["heartbeat_timeout"] = job.heartbeat_timeout;
   j["stdin"] = job.stdin_to_rank0;
+  j["bind_to"] = job.bind_to;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
   return j.dump();
@@ -66,6 +67,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.kill_grace = j.at("kill_grace").get<double>();
     job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
     job.stdin_to_rank0 = j.at("stdin").get<bool>();
+    job.bind_to = j.value("bind_to", std::string("none"));  // an older hvdrun's job: no binding
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});

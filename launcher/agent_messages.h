@@ -19,6 +19,7 @@ struct AgentJob {
   double kill_grace = 5;
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
   bool stdin_to_rank0 = false;    // rank 0 is here and hvdrun relays its stdin (kStdin)
+  std::string bind_to = "none";   // --bind-to, decided on the host from its topology (placement.h)
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;

@@ -146,7 +146,8 @@ Result<std::vector<std::string>> horovod_flag_env(const CLI::App& app, const Hor
     if (!value) return value.error();
     if (!*value) continue;
     if (*f.env) env.push_back(std::string(f.env) + "=" + **value);
-    if (!*f.env || !runtime_reads(f.env)) not_acted.push_back(f.name);
+    bool acted = *f.env ? runtime_reads(f.env) : std::string_view(f.name) == "--binding-args";  // as --bind-to
+    if (!acted) not_acted.push_back(f.name);
   }
   if (!not_acted.empty()) {
     std::string list;

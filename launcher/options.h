@@ -31,6 +31,7 @@ struct LaunchOptions {
   bool verbose = false;
   std::string log_level;
   bool dry_run = false;
+  std::string bind_to = "auto";  // --bind-to (or Horovod's --binding-args): placement.h's names
   bool horovod_compat = false;
   bool horovod = false;  // serve Horovod's Gloo rendezvous for a real Horovod (--horovod, HVDRUN_HOROVOD=1)  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
   int rendezvous_port = 0;

@@ -266,6 +266,7 @@ Result<PreparedHost> prepare_agent_host(const AgentJob& job) {
   need.program = job.ranks[0].argv[0];
   need.path = path_in(job.ranks[0].env);
   need.budget.local_ranks = static_cast<long long>(job.ranks.size());  // this host's workers
+  need.bind_to = job.bind_to;
   return prepare_host(need, job.kill_grace);
 }
 
@@ -420,15 +421,17 @@ AgentOptions agent_options(const AgentJob& job, LauncherLink& link) {
   return ao;
 }
 
-std::vector<WorkerLaunch> launches_of(const AgentJob& job, const std::string& exe, bool dialed) {
+std::vector<WorkerLaunch> launches_of(const AgentJob& job, const PreparedHost& host, bool dialed) {
   std::vector<WorkerLaunch> launches;
   for (const auto& r : job.ranks) {
+    const std::string& exe = host.exe;
     WorkerLaunch l;
     l.rank = r.rank;
     l.host = job.host;
     l.request.exe = exe;
     l.request.argv = r.argv;
     l.request.env = dialed ? slurm_node_env(r.env) : r.env;
+    if (launches.size() < host.placement.size()) l.request.cpus = host.placement[launches.size()].cpus;
     launches.push_back(std::move(l));
   }
   return launches;
@@ -459,7 +462,7 @@ int run_ranks(const AgentJob& job, PreparedHost& host, LauncherLink& link, agent
                                 job.heartbeat_timeout, job.kill_grace);
   threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
 
-  AgentResult res = agent.run(launches_of(job, host.exe, stream.sock.valid()));
+  AgentResult res = agent.run(launches_of(job, host, stream.sock.valid()));
   host.watchdog.disarm();
   // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
   link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));

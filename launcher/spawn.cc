@@ -71,6 +71,8 @@ struct ChildPlan {
   const char* exe;
   int fds[3];          // its stdin, stdout, stderr
   int reg, status_fd;  // the watchdog's pipe (-1: none); exec's errno goes to status_fd
+  bool bind;
+  cpu_set_t cpus;  // its CPUs, when bind
 };
 
 ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd, int status_fd) {
@@ -88,6 +90,10 @@ ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd,
   c.fds[2] = err_fd;
   c.reg = req.register_fd;
   c.status_fd = status_fd;
+  c.bind = !req.cpus.empty();
+  CPU_ZERO(&c.cpus);
+  for (int cpu : req.cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &c.cpus);
   return c;
 }
 
@@ -109,6 +115,7 @@ ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd,
     if (c.fds[target] == target) fcntl(target, F_SETFD, 0);
     else dup2(c.fds[target], target);
   }
+  if (c.bind) sched_setaffinity(0, sizeof c.cpus, &c.cpus);  // inherited by what it starts
   execve(c.exe, c.argv.data(), c.envp.data());
   int e = errno;
   if (c.reg >= 0) {

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "common/strings.h"
 #include "launcher/exit_status.h"
 
 namespace hvdrun {
@@ -70,6 +71,35 @@ Result<std::vector<RankPlacement>> by_gpu(const Topology& t, int local_size) {
 }
 
 }  // namespace
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& part : split(text, ',')) {
+    if (part.empty()) continue;
+    size_t dash = part.find('-');
+    char* end = nullptr;
+    long lo = std::strtol(part.c_str(), &end, 10), hi = lo;
+    if (end == part.c_str()) return {};
+    if (dash != std::string::npos) hi = std::strtol(part.c_str() + dash + 1, &end, 10);
+    if (*end || lo < 0 || hi < lo || hi >= 1 << 16) return {};
+    for (long c = lo; c <= hi; ++c) out.push_back(static_cast<int>(c));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
 
 Result<BindTo> parse_bind_to(const std::string& text, const std::string& what) {
   for (const auto& [name, b] : kNames)

@@ -37,6 +37,10 @@ struct RankPlacement {
   std::string what;       // "core 1", "numa 0 (GPU 0000:3b:00.0)", "none (oversubscribed)"
 };
 
+// "0-3,8,10-11" <-> {0,1,2,3,8,10,11} (the kernel's list format); a bad list parses as empty.
+std::vector<int> parse_cpu_list(const std::string& text);
+std::string cpu_list_text(const std::vector<int>& cpus);
+
 // One placement per local rank, 0 .. local_size-1.
 Result<std::vector<RankPlacement>> place_ranks(const Topology& topo, BindTo bind, int local_size);
 

@@ -34,8 +34,4 @@ Topology read_topology(const std::string& sysfs_root, const std::vector<int>& al
 // The CPUs this process may run on (sched_getaffinity).
 std::vector<int> allowed_cpus();
 
-// "0-3,8,10-11" <-> {0,1,2,3,8,10,11} (the kernel's list format); a bad list parses as empty.
-std::vector<int> parse_cpu_list(const std::string& text);
-std::string cpu_list_text(const std::vector<int>& cpus);
-
 }  // namespace hvdrun

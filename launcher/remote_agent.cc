@@ -278,6 +278,9 @@ Status open_rank0_stdin(AgentOptions& ao, UniqueFd& read_end) {
   if (pipe2(p, O_CLOEXEC) != 0) return {};  // (as before: rank 0 reads nothing)
   read_end.reset(p[0]);
   g_stdin_writer = new AsyncWriter(UniqueFd(p[1]));
+  // hvdrun keeps to the window; a launcher that did not would hold the control thread here,
+  // not grow this agent's memory.
+  g_stdin_writer->set_capacity(agentwire::kStdinWindow);
   ao.rank0_stdin_fd = p[0];
   if (pipe2(g_stdin_wake, O_CLOEXEC | O_NONBLOCK) != 0)
     return error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno));

@@ -13,6 +13,10 @@
 
 namespace hvdrun {
 
-Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node);
+// `on_retry`, when set, is called after each round in which no address answered, before
+// the pause that precedes the next (a test waits on it).
+Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node,
+                               std::chrono::steady_clock::time_point deadline,
+                               const std::function<void()>& on_retry = {});
 
 }  // namespace hvdrun

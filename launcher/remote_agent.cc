@@ -173,10 +173,10 @@ struct LauncherStream {
 };
 
 // 0, or the exit code (its line printed).
-int open_stream(const std::string& node, LauncherStream& st) {
+int open_stream(const std::string& node, LauncherStream& st, std::chrono::steady_clock::time_point deadline) {
   std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
   if (!dial.empty()) {
-    auto s = dial_launcher(dial, node);
+    auto s = dial_launcher(dial, node, deadline);
     if (!s) {
       std::fprintf(stderr, "hvdrun --agent on %s: %s\n", node.c_str(), s.error().message.c_str());
       return 1;
@@ -442,7 +442,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
   auto start_deadline = deadline_in(*start_timeout + 10);
   std::string node = node_name();
   LauncherStream stream;
-  if (int code = open_stream(node, stream); code != 0) return code;
+  if (int code = open_stream(node, stream, start_deadline); code != 0) return code;
   LauncherLink link(stream.out_fd);
   if (!link.send(Type::kHello, encode_hello(make_hello(node, stream.sock)))) return 1;
 

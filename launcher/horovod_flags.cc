@@ -83,7 +83,10 @@ void add_horovod_flags(CLI::App& app, HorovodFlagValues& v) {
                                               (f.kind == HorovodFlag::kTrue ? "1" : "0") + " for the workers")
           ->group("Horovod tuning (horovodrun's flags)");
     else
-      app.add_option(f.name, v.values[f.name], std::string("Horovod: sets ") + env + " for the workers")
+      app.add_option(f.name, v.values[f.name],
+                     std::string_view(f.name) == "--binding-args"
+                         ? std::string("Horovod: mpirun's binding flags, acted on as --bind-to (--bind-to X, --map-by Y)")
+                         : std::string("Horovod: sets ") + env + " for the workers")
           ->type_name(f.kind == HorovodFlag::kString ? "TEXT" : "N")
           ->group("Horovod tuning (horovodrun's flags)");
   }

@@ -113,17 +113,28 @@ const char* bind_to_name(BindTo b) {
   return "auto";
 }
 
-Result<BindTo> bind_to_of_binding_args(const std::string& args) {
+namespace {
+
+// "--bind-to=core -map-by slot" -> --bind-to, core, -map-by, slot.
+std::vector<std::string> binding_words(const std::string& args) {
   std::istringstream in(args);
   std::vector<std::string> words;
   for (std::string w; in >> w;) {
-    if (size_t eq = w.find('='); w[0] == '-' && eq != std::string::npos) {
-      words.push_back(w.substr(0, eq));
-      words.push_back(w.substr(eq + 1));
-    } else {
+    size_t eq = w.find('=');
+    if (w[0] != '-' || eq == std::string::npos) {
       words.push_back(w);
+      continue;
     }
+    words.push_back(w.substr(0, eq));
+    words.push_back(w.substr(eq + 1));
   }
+  return words;
+}
+
+}  // namespace
+
+Result<BindTo> bind_to_of_binding_args(const std::string& args) {
+  std::vector<std::string> words = binding_words(args);
   BindTo b = BindTo::kAuto;
   for (size_t i = 0; i < words.size(); i += 2) {
     std::string flag = words[i], value = i + 1 < words.size() ? words[i + 1] : "";

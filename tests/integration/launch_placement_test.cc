@@ -16,7 +16,7 @@ std::map<int, std::string> planned_cpus(const std::vector<std::string>& args) {
   auto o = run(hvd(dry), 30);
   EXPECT_EQ(o.exit_code, 0) << o.err;
   std::map<int, std::string> out;
-  std::regex re(R"re("rank":(\d+),.*"bind":"[^"]*?(?:: cpus ([0-9,-]+))?")re");
+  std::regex re("\"rank\":(\\d+),.*\"bind\":\"[^\"]*?(?:: cpus ([0-9,-]+))?\"");
   for (const auto& line : split_lines(o.out)) {
     std::smatch m;
     if (std::regex_search(line, m, re)) out[std::stoi(m[1].str())] = m[2].str();

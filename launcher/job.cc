@@ -137,7 +137,7 @@ Result<std::map<int, std::string>> dry_run_binding(const JobPlan& p, const std::
   std::vector<int> here;
   std::map<int, std::string> out;
   for (const auto& r : p.ranks) {
-    if (h.remote_index.count(r.host)) out[r.rank] = bind_to + ", decided on " + r.host;
+    if (h.remote_index.count(r.host)) out[r.rank] = bind_to == "none" ? bind_to : bind_to + ", decided on " + r.host;
     else here.push_back(r.rank);
   }
   auto placed = place_on_this_host(bind_to, static_cast<long long>(here.size()));

@@ -35,30 +35,19 @@ static mode_t mode_arg(int flags, va_list ap) {
   return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
 }
 
-int open(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = mode_arg(flags, ap);
-  va_end(ap);
-  note(path);
-  return NEXT(open)(path, flags, m);
-}
-int open64(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = mode_arg(flags, ap);
-  va_end(ap);
-  note(path);
-  return NEXT(open64)(path, flags, m);
-}
-int openat(int dir, const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = mode_arg(flags, ap);
-  va_end(ap);
-  note(path);
-  return NEXT(openat)(dir, path, flags, m);
-}
+// open, open64 and openat: the mode is there only with O_CREAT or O_TMPFILE.
+#define LOGGED_OPEN(name, params, args)     \
+  int name params {                         \
+    va_list ap;                             \
+    va_start(ap, flags);                    \
+    mode_t m = mode_arg(flags, ap);         \
+    va_end(ap);                             \
+    note(path);                             \
+    return NEXT(name) args;                 \
+  }
+LOGGED_OPEN(open, (const char* path, int flags, ...), (path, flags, m))
+LOGGED_OPEN(open64, (const char* path, int flags, ...), (path, flags, m))
+LOGGED_OPEN(openat, (int dir, const char* path, int flags, ...), (dir, path, flags, m))
 FILE* fopen(const char* path, const char* mode) {
   note(path);
   return NEXT(fopen)(path, mode);

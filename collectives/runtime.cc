@@ -334,6 +334,7 @@ EngineOptions Runtime::engine_options() {
   EngineOptions o;
   o.rank = view_.rank;
   o.size = view_.size;
+  o.thread_cpu = thread_cpu_of(tunable_string("HVDRUN_THREAD_AFFINITY"), view_.local_rank, view_.local_size);
   o.cycle_ms = tunable_double("HVDRUN_CYCLE_TIME");
   o.fusion_bytes = static_cast<size_t>(tunable_int("HVDRUN_FUSION_THRESHOLD"));
   o.cache_capacity = static_cast<size_t>(tunable_int("HVDRUN_CACHE_CAPACITY"));

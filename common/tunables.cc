@@ -110,6 +110,10 @@ constexpr Tunable kTable[] = {
      "Milliseconds: after a negotiation cycle that found nothing ready, new requests wait this long "
      "for more to batch with them (a request on an idle engine starts at once).",
      "HOROVOD_CYCLE_TIME", {0, 1e6, "milliseconds"}},
+    {"HVDRUN_THREAD_AFFINITY", "", TunableUse::kWorker,
+     "CPU ids, one per local rank ('0,4,8,12'; one id: every rank's), for the engine's background "
+     "thread to be bound to (Horovod's --thread-affinity); unset: it runs where the rank is bound.",
+     "HOROVOD_THREAD_AFFINITY"},
     {"HVDRUN_CACHE_CAPACITY", "1024", TunableUse::kWorker,
      "Agreed responses the engine caches, so that a repeated name costs one bit of negotiation; 0 disables.",
      "HOROVOD_CACHE_CAPACITY", {0, 1e7, "entries"}},

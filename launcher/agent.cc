@@ -224,7 +224,9 @@ void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_st
   workers_.reserve(launches.size());
   for (auto& l : launches) {
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
-    l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;  // the child registers itself
+    // The child registers itself (before its exec: no moment in which hvdrun could die with
+    // the worker unwatched), so nothing here tells the watchdog again.
+    l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;
     auto spawned = runner_.spawn(l.request);
     if (!spawned) {
       teardown("hvdrun: rank " + std::to_string(l.rank) + " (host " + l.host + "): " + spawned.error().message,
@@ -237,7 +239,6 @@ void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_st
     w.pid = spawned->pid;
     w.pipes[0] = std::move(spawned->out);
     w.pipes[1] = std::move(spawned->err);
-    if (watchdog_) watchdog_->watch(w.pid);
     workers_.push_back(std::move(w));
   }
 }

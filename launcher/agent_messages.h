@@ -21,6 +21,7 @@ struct AgentJob {
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
   bool stdin_to_rank0 = false;    // rank 0 is here and hvdrun relays its stdin (kStdin)
   bool python_facts = false;      // the pre-flight check wants the Python's facts (kReady)
+  std::string bind_to = "none";   // --bind-to, decided on the host from its topology (placement.h)
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;

@@ -24,7 +24,10 @@ AsyncWriter::~AsyncWriter() {
 void AsyncWriter::write(std::string data) {
   if (data.empty()) return;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] {
+      return failed_ || closing_ || stop_ || queued_bytes_ == 0 || queued_bytes_ + data.size() <= capacity_;
+    });
     if (failed_ || closing_) return;
     queued_bytes_ += data.size();
     queue_.push_back(std::move(data));
@@ -32,6 +35,11 @@ void AsyncWriter::write(std::string data) {
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   cv_.notify_all();
+}
+
+void AsyncWriter::set_capacity(size_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  capacity_ = bytes;
 }
 
 size_t AsyncWriter::backlog() const {

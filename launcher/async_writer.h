@@ -6,6 +6,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -24,7 +25,12 @@ class AsyncWriter {
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
+  // Queues `data`; with a capacity set, first waits while the queue holds data and `data`
+  // would take it past the capacity (back pressure on the caller: the queue never grows
+  // past it by more than one write).
   void write(std::string data);
+  // The bound for write(); unbounded by default (callers that pace themselves by backlog()).
+  void set_capacity(size_t bytes);
   size_t backlog() const;
   // Blocks until everything queued has been written (or the fd failed).
   void drain();
@@ -49,6 +55,7 @@ class AsyncWriter {
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;
+  size_t capacity_ = SIZE_MAX;
   bool busy_ = false;
   bool stop_ = false;
   bool closing_ = false;

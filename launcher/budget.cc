@@ -3,8 +3,10 @@
 #include <dirent.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -74,26 +76,63 @@ Status check_process_budget(const ProcessBudget& have, const BudgetNeed& need) {
   return {};
 }
 
-ProcessBudget read_process_budget() {
+namespace {
+
+// This user's tasks, counted in /proc (what RLIMIT_NPROC counts, as far as this pid
+// namespace shows it): a stat of every process on the host, so only for the message of a
+// launch already refused.
+long long count_user_tasks(uid_t uid) {
+  long long n = 0;
+  DIR* d = opendir("/proc");
+  while (d) {
+    dirent* e = readdir(d);
+    if (!e) break;
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string dir = std::string("/proc/") + e->d_name;
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0 || st.st_uid != uid) continue;
+    n += std::max(1LL, count_dir((dir + "/task").c_str()));
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+// Whether this user may start `tasks` more, as the kernel itself counts them (its own
+// per-user count, which sees every pid namespace): with our soft RLIMIT_NPROC lowered by
+// `tasks` - 1 for a moment, one vfork that exits at once succeeds exactly when `tasks`
+// more fit under the real limit. Its cost is one short-lived process, whatever runs on
+// the host (a /proc scan paid for each of the host's processes on every launch).
+bool nproc_has_room(rlimit limit, long long tasks) {
+  if (tasks <= 1) tasks = 1;
+  if (static_cast<long long>(limit.rlim_cur) < tasks) return false;  // we are one already
+  rlimit probe = limit;
+  probe.rlim_cur = limit.rlim_cur - static_cast<rlim_t>(tasks - 1);
+  if (setrlimit(RLIMIT_NPROC, &probe) != 0) return true;  // cannot probe: the spawn will say
+  pid_t pid = vfork();
+  if (pid == 0) _exit(0);
+  int fork_errno = errno;
+  setrlimit(RLIMIT_NPROC, &limit);
+  if (pid < 0) return fork_errno != EAGAIN;
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return true;
+}
+
+}  // namespace
+
+ProcessBudget read_process_budget(long long tasks) {
   ProcessBudget b;
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) b.nofile = static_cast<long long>(rl.rlim_cur);
   b.nofile_in_use = count_dir("/proc/self/fd");
   // RLIMIT_NPROC counts the real user's tasks; the kernel does not enforce it for root.
+  // They are counted (for the message) only when the kernel says they leave no room.
   uid_t uid = getuid();
   if (uid != 0 && getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     b.nproc = static_cast<long long>(rl.rlim_cur);
-    DIR* d = opendir("/proc");
-    while (d) {
-      dirent* e = readdir(d);
-      if (!e) break;
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::string dir = std::string("/proc/") + e->d_name;
-      struct stat st {};
-      if (stat(dir.c_str(), &st) != 0 || st.st_uid != uid) continue;
-      b.nproc_in_use += std::max(1LL, count_dir((dir + "/task").c_str()));
-    }
-    if (d) closedir(d);
+    if (!nproc_has_room(rl, tasks))  // at least this many, as the kernel counts them
+      b.nproc_in_use = std::max(count_user_tasks(uid), b.nproc - tasks + 1);
   }
   long long pid_max = read_number("/proc/sys/kernel/pid_max");
   long long threads_max = read_number("/proc/sys/kernel/threads-max");

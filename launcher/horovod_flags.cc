@@ -78,7 +78,10 @@ void add_horovod_flags(CLI::App& app, HorovodFlagValues& v) {
                                               (f.kind == HorovodFlag::kTrue ? "1" : "0") + " for the workers")
           ->group("Horovod tuning (horovodrun's flags)");
     else
-      app.add_option(f.name, v.values[f.name], std::string("Horovod: sets ") + env + " for the workers")
+      app.add_option(f.name, v.values[f.name],
+                     std::string_view(f.name) == "--binding-args"
+                         ? std::string("Horovod: mpirun's binding flags, acted on as --bind-to (--bind-to X, --map-by Y)")
+                         : std::string("Horovod: sets ") + env + " for the workers")
           ->type_name(f.kind == HorovodFlag::kString ? "TEXT" : "N")
           ->group("Horovod tuning (horovodrun's flags)");
   }
@@ -123,7 +126,8 @@ Result<std::vector<std::string>> horovod_flag_env(const CLI::App& app, const Hor
     if (!value) return value.error();
     if (!*value) continue;
     if (*f.env) env.push_back(std::string(f.env) + "=" + **value);
-    if (!*f.env || !runtime_reads(f.env)) not_acted.push_back(f.name);
+    bool acted = *f.env ? runtime_reads(f.env) : std::string_view(f.name) == "--binding-args";  // as --bind-to
+    if (!acted) not_acted.push_back(f.name);
   }
   if (!not_acted.empty()) {
     std::string list;

@@ -17,6 +17,7 @@
 
 #include "common/result.h"
 #include "launcher/budget.h"
+#include "launcher/placement.h"
 #include "launcher/watchdog.h"
 
 namespace hvdrun {
@@ -25,6 +26,7 @@ struct HostNeed {
   std::string program;  // argv[0] as the user wrote it; "" when no rank runs on this host
   std::string path;     // the workers' PATH ("": execvp's default)
   BudgetNeed budget;    // what the job needs of this host
+  std::string bind_to = "none";  // --bind-to, for budget.local_ranks ranks (placement.h)
 };
 
 // The checks alone, against `have`: the program's path ("" when need.program is), or the
@@ -34,9 +36,14 @@ Result<std::string> check_host(const HostNeed& need, const ProcessBudget& have);
 struct PreparedHost {
   std::string exe;    // the program's path ("" when no rank runs here)
   Watchdog watchdog;  // forked, watching nothing yet
+  std::vector<RankPlacement> placement;  // each local rank's CPUs, in local rank order
 };
 
-// check_host against this machine's budget, then the watchdog (`kill_grace`: its wait
+// The local ranks' placement on this machine (its /sys, the CPUs hvdrun may use): an
+// explicit binding the host cannot give (--bind-to gpu without a GPU) is an error.
+Result<std::vector<RankPlacement>> place_on_this_host(const std::string& bind_to, long long local_ranks);
+
+// check_host against this machine's budget, the placement, then the watchdog (`kill_grace`: its wait
 // between SIGTERM and SIGKILL).
 Result<PreparedHost> prepare_host(const HostNeed& need, double kill_grace);
 

@@ -134,6 +134,25 @@ JobHosts split_hosts(const JobPlan& p) {
   return h;
 }
 
+// --dry-run's "bind" of each rank: this machine's as placed here; another host's is decided
+// there, from its own topology.
+Result<std::map<int, std::string>> dry_run_binding(const JobPlan& p, const std::string& bind_to) {
+  JobHosts h = split_hosts(p);
+  std::vector<int> here;
+  std::map<int, std::string> out;
+  for (const auto& r : p.ranks) {
+    if (h.remote_index.count(r.host)) out[r.rank] = bind_to == "none" ? bind_to : bind_to + ", decided on " + r.host;
+    else here.push_back(r.rank);
+  }
+  auto placed = place_on_this_host(bind_to, static_cast<long long>(here.size()));
+  if (!placed) return placed.error();
+  for (size_t i = 0; i < here.size(); ++i) {
+    const auto& pl = (*placed)[i];
+    out[here[i]] = pl.what + (pl.cpus.empty() ? "" : ": cpus " + cpu_list_text(pl.cpus));
+  }
+  return out;
+}
+
 // The descriptors and processes this job needs here, before anything is spawned.
 BudgetNeed budget_need(const JobPlan& p, const JobHosts& h) {
   BudgetNeed need;
@@ -219,6 +238,7 @@ struct JobRun {
   } clear_reader_gone{sink};
   std::optional<std::unique_ptr<rdv::Server>> server;
   std::vector<WorkerLaunch> launches;
+  std::vector<RankPlacement> placement;  // this machine's ranks, in launch order
   std::vector<AgentJob> jobs;
   RemoteHost* stdin_host = nullptr;
   std::optional<AgentResult> workers_result;  // once the workers ran (--max-restarts reads it)
@@ -259,7 +279,9 @@ JobRun::Stop JobRun::make_the_plan() {
     return fail(error_of(ErrorKind::kUsage, "elastic training: the flags are checked (--dry-run shows the "
                                             "settings), but this build cannot run an elastic job yet"));
   if (opts.dry_run) {
-    std::string text = dry_run_text(*plan, opts.command);
+    auto binding = dry_run_binding(*plan, opts.bind_to);
+    if (!binding) return fail(binding.error());
+    std::string text = dry_run_text(*plan, opts.command, *binding);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     if (size_t n = split_hosts(*plan).remote_names.size(); n > 0 && !opts.no_preflight)
@@ -309,10 +331,12 @@ JobRun::Stop JobRun::prepare_this_host() {
     auto first_env = build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0);
     need.program = opts.command[0];
     need.path = first_env.count("PATH") ? first_env.at("PATH") : "";
+    need.bind_to = opts.bind_to;
   }
   auto prepared = prepare_host(need, opts.kill_grace);
   if (!prepared) return fail(prepared.error());
   exe = prepared->exe;
+  placement = std::move(prepared->placement);
   watchdog.emplace(std::move(prepared->watchdog));
   return {};
 }
@@ -511,6 +535,7 @@ void JobRun::make_launches() {
     jobs[i].kill_grace = opts.kill_grace;
     jobs[i].heartbeat_timeout = heartbeat_timeout;
     jobs[i].python_facts = preflight && runs_python(opts.command);
+    jobs[i].bind_to = opts.bind_to;
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);
@@ -525,6 +550,7 @@ void JobRun::make_launches() {
     l.request.exe = exe;
     l.request.argv = opts.command;
     l.request.env = std::move(env);
+    if (launches.size() < placement.size()) l.request.cpus = placement[launches.size()].cpus;
     launches.push_back(std::move(l));
   }
 }

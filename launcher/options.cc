@@ -15,6 +15,7 @@
 #include "launcher/horovod_flags.h"
 #include "launcher/hosts.h"
 #include "launcher/launch_command.h"
+#include "launcher/placement.h"
 #include "common/strings.h"
 #include "common/tunables.h"
 #include "hvdrun_version.h"
@@ -128,6 +129,11 @@ void add_host_options(CLI::App& app, LaunchOptions& o, CliValues& v) {
       ->type_name("SECONDS");
   app.add_option("--kill-grace", v.kill_grace, "Seconds between SIGTERM and SIGKILL at teardown (default 5)")
       ->type_name("SECONDS");
+  app.add_option("--bind-to", o.bind_to,
+                 "Bind each rank: auto (default: its GPU's NUMA node, else its own core when the ranks fit "
+                 "the cores, else nothing), none, core, socket, numa, gpu")
+      ->type_name("WHAT")
+      ->check(CLI::IsMember({"auto", "none", "core", "socket", "package", "numa", "gpu"}));
   app.add_option("--network-interface", o.network_interface, "Network interface for the rendezvous and data plane")
       ->type_name("IFACE");
   app.add_option("--rendezvous-port", v.rendezvous_port, "Port of the rendezvous server (default: chosen by the OS)")
@@ -207,7 +213,7 @@ struct HelpGroup {
 };
 const HelpGroup kHelpGroups[] = {
     {"Launch", {"--help", "--version", "--num-proc", "--hosts", "--hostfile", "--launcher", "--launch-command",
-                "--remote-hvdrun", "--env", "--start-timeout", "--kill-grace", "--network-interface",
+                "--remote-hvdrun", "--env", "--start-timeout", "--kill-grace", "--bind-to", "--network-interface",
                 "--network-interfaces", "--rendezvous-port", "--config-file", "--dry-run", "--check", "--no-preflight",
                 "--check-build",
                 "--disable-cache", "--help-env"}},
@@ -467,6 +473,17 @@ int count_fixed_hosts(const LaunchOptions& o) {
   return hosts ? static_cast<int>(hosts->size()) : -1;
 }
 
+// Horovod's --binding-args (mpirun's binding flags there) as --bind-to; not both.
+Status resolve_binding(const CLI::App& app, const CliValues& v, LaunchOptions& o) {
+  if (!given(app, "--binding-args")) return {};
+  if (given(app, "--bind-to"))
+    return error_of(ErrorKind::kUsage, "--bind-to and --binding-args cannot be used together; give one of them");
+  auto b = bind_to_of_binding_args(v.horovod_flags.values.at("--binding-args"));
+  if (!b) return b.error();
+  o.bind_to = bind_to_name(*b);
+  return {};
+}
+
 ParsedCommandLine print_and_exit(std::string text) {
   ParsedCommandLine out;
   out.action = ParsedCommandLine::Action::kPrintAndExit;
@@ -506,6 +523,7 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   auto elastic = resolve_elastic(app, v.elastic, o.np, count_fixed_hosts(o));
   if (!elastic) return elastic.error();
   o.elastic = *elastic;
+  if (auto s = resolve_binding(app, v, o); !s) return s.error();
   return out;
 }
 

@@ -34,6 +34,7 @@ struct LaunchOptions {
   bool dry_run = false;
   bool check = false;         // --check: print the hosts' pre-flight table and start nothing
   bool no_preflight = false;  // --no-preflight: launch without comparing the hosts first
+  std::string bind_to = "auto";  // --bind-to (or Horovod's --binding-args): placement.h's names
   bool horovod_compat = false;
   bool horovod = false;  // serve Horovod's Gloo rendezvous for a real Horovod (--horovod, HVDRUN_HOROVOD=1)  // a horovod shim (horovod.torch = hvdrun.torch) first on PYTHONPATH
   int rendezvous_port = 0;

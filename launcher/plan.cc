@@ -115,7 +115,8 @@ Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string,
   return plan;
 }
 
-std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& command) {
+std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& command,
+                         const std::map<int, std::string>& binding) {
   std::string out;
   for (const auto& r : plan.ranks) {
     nlohmann::ordered_json j;
@@ -126,6 +127,7 @@ std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& co
     j["cross_rank"] = r.cross_rank;
     j["cross_size"] = r.cross_size;
     j["host"] = r.host;
+    if (auto b = binding.find(r.rank); b != binding.end()) j["bind"] = b->second;
     j["argv"] = command;
     out += j.dump() + "\n";
   }

@@ -40,6 +40,8 @@ struct JobPlan {
 Result<JobPlan> make_plan(const LaunchOptions& opts, const std::map<std::string, std::string>& launcher_env);
 
 // One JSON object per rank, one per line.
-std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& command);
+// `binding`: rank -> its "bind" text (job.cc places them); ranks not in it have none.
+std::string dry_run_text(const JobPlan& plan, const std::vector<std::string>& command,
+                         const std::map<int, std::string>& binding = {});
 
 }  // namespace hvdrun

@@ -23,7 +23,26 @@ struct ProcStat {
   pid_t ppid, pgrp;
 };
 
-// Every process's /proc/PID/stat (pid, state, parent, process group).
+// One process's /proc/PID/stat (pid, state, parent, process group); false when it is gone.
+bool read_stat(long pid, ProcStat& out) {
+  char path[64], buf[512];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
+  if (!rp) return false;
+  char state = 0;
+  long ppid = 0, pgrp = 0;
+  if (std::sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) return false;
+  out = ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp)};
+  return true;
+}
+
+// Every process's /proc/PID/stat.
 template <class F>
 void for_each_process(F&& f) {
   DIR* d = opendir("/proc");
@@ -31,23 +50,34 @@ void for_each_process(F&& f) {
   while (dirent* e = readdir(d)) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    char path[64], buf[512];
-    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) continue;
-    buf[n] = 0;
-    const char* rp = std::strrchr(buf, ')');  // comm may hold spaces and parentheses
-    if (!rp) continue;
-    char state = 0;
-    long ppid = 0, pgrp = 0;
-    if (std::sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3)
-      f(ProcStat{static_cast<pid_t>(pid), state, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp)});
+    ProcStat p;
+    if (pid > 0 && !*end && read_stat(pid, p)) f(p);
   }
   closedir(d);
+}
+
+// This process's children as the kernel lists them per thread (/proc/self/task/TID/children:
+// a child belongs to the thread that forked it, an adopted orphan to the thread chosen as
+// its reaper): a cost that grows with our threads and children, not with the processes on
+// the host. False when the kernel has no such file (CONFIG_PROC_CHILDREN off).
+bool own_children(std::set<pid_t>& out) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return false;
+  bool listed = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string path = std::string("/proc/self/task/") + e->d_name + "/children";
+    FILE* f = std::fopen(path.c_str(), "re");
+    if (!f) continue;
+    listed = true;
+    long pid;
+    ProcStat p;
+    while (std::fscanf(f, "%ld", &pid) == 1)
+      if (read_stat(pid, p) && p.state != 'Z') out.insert(p.pid);
+    std::fclose(f);
+  }
+  closedir(d);
+  return listed;
 }
 
 class SystemProcessRunner : public ProcessRunner {
@@ -73,6 +103,7 @@ class SystemProcessRunner : public ProcessRunner {
   pid_t group_of(pid_t pid) override { return getpgid(pid); }
   std::set<pid_t> children() override {
     std::set<pid_t> out;
+    if (own_children(out)) return out;
     pid_t self = getpid();
     for_each_process([&](const ProcStat& p) {
       if (p.ppid == self && p.state != 'Z') out.insert(p.pid);

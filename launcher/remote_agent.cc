@@ -25,6 +25,7 @@
 #include "common/tunables.h"
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
+#include "launcher/agent_dial.h"
 #include "launcher/async_writer.h"
 #include "launcher/exit_status.h"
 #include "launcher/host_facts.h"
@@ -112,55 +113,6 @@ std::string node_name() {
   return gethostname(buf, sizeof buf - 1) == 0 ? buf : "";
 }
 
-// Started by srun: connect back to hvdrun ("PORT ADDR,ADDR,..." in HVDRUN_AGENT_CONNECT),
-// trying the addresses on a network this host shares first, loopback only when this host
-// shares hvdrun's network stack; then prove the job's token (kAttach).
-Result<UniqueFd> dial_launcher(const std::string& spec, const std::string& node) {
-  auto parts = split(spec, ' ');
-  if (parts.size() != 2) return make_error(ErrorKind::kMalformed,
-                                           "HVDRUN_AGENT_CONNECT '" + spec + "': expected 'PORT ADDR,...'");
-  auto port = parse_int(parts[0], "HVDRUN_AGENT_CONNECT port", 1, 65535);
-  if (!port) return port.error();
-  auto mine = interface_addresses();
-  std::vector<InterfaceAddress> own = mine ? *mine : std::vector<InterfaceAddress>{};
-  bool same_stack = !tunable_string("HVDRUN_AGENT_STACK").empty() && tunable_string("HVDRUN_AGENT_STACK") == network_stack_id();
-  std::vector<std::string> near, far;
-  for (const auto& addr : split(parts[1], ',')) {
-    if (addr.rfind("127.", 0) == 0) {
-      if (same_stack) far.push_back(addr);
-      continue;
-    }
-    bool shared = std::any_of(own.begin(), own.end(), [&](const InterfaceAddress& a) {
-      return !a.v6 && a.addr.rfind("127.", 0) != 0 && same_subnet(a.addr, addr, a.prefix);
-    });
-    (shared ? near : far).push_back(addr);
-  }
-  near.insert(near.end(), far.begin(), far.end());
-  std::string tried;
-  for (const auto& addr : near) {
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(*port));
-    if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) continue;
-    auto fd = connect_tcp(reinterpret_cast<sockaddr*>(&sa), sizeof sa, deadline_in(3));
-    if (!fd) {
-      tried += (tried.empty() ? "" : ", ") + addr + " (" + fd.error().message + ")";
-      continue;
-    }
-    int fl = fcntl(fd->get(), F_GETFL);
-    fcntl(fd->get(), F_SETFL, fl & ~O_NONBLOCK);
-    AgentAttach att;
-    att.token = tunable_string("HVDRUN_AGENT_TOKEN");
-    att.task = static_cast<int>(tunable_int("SLURM_PROCID"));
-    att.node = node;
-    if (!write_all(fd->get(), agentwire::encode(Type::kAttach, encode_attach(att))))
-      return make_error(ErrorKind::kPeerLost, "lost the connection to hvdrun at " + addr);
-    return std::move(*fd);
-  }
-  return make_error(ErrorKind::kSystem, "cannot reach hvdrun on port " + parts[0] + " at any of its addresses: " +
-                    (tried.empty() ? "none usable from here" : tried));
-}
-
 // Started by srun: the ranks carry hvdrun's environment, whose Slurm variables describe
 // hvdrun's own place (the batch host, task 0). The node's own are this agent's; the
 // per-task ones (srun's task ids, not ranks) are dropped, so that nothing mistakes every
@@ -222,10 +174,10 @@ struct LauncherStream {
 };
 
 // 0, or the exit code (its line printed).
-int open_stream(const std::string& node, LauncherStream& st) {
+int open_stream(const std::string& node, LauncherStream& st, std::chrono::steady_clock::time_point deadline) {
   std::string dial = tunable_string("HVDRUN_AGENT_CONNECT");
   if (!dial.empty()) {
-    auto s = dial_launcher(dial, node);
+    auto s = dial_launcher(dial, node, deadline);
     if (!s) {
       std::fprintf(stderr, "hvdrun --agent on %s: %s\n", node.c_str(), s.error().message.c_str());
       return 1;
@@ -268,6 +220,7 @@ Result<PreparedHost> prepare_agent_host(const AgentJob& job) {
   need.program = job.ranks[0].argv[0];
   need.path = path_in(job.ranks[0].env);
   need.budget.local_ranks = static_cast<long long>(job.ranks.size());  // this host's workers
+  need.bind_to = job.bind_to;
   return prepare_host(need, job.kill_grace);
 }
 
@@ -289,6 +242,9 @@ Status open_rank0_stdin(AgentOptions& ao, UniqueFd& read_end) {
   if (pipe2(p, O_CLOEXEC) != 0) return {};  // (as before: rank 0 reads nothing)
   read_end.reset(p[0]);
   g_stdin_writer = new AsyncWriter(UniqueFd(p[1]));
+  // hvdrun keeps to the window; a launcher that did not would hold the control thread here,
+  // not grow this agent's memory.
+  g_stdin_writer->set_capacity(agentwire::kStdinWindow);
   ao.rank0_stdin_fd = p[0];
   if (pipe2(g_stdin_wake, O_CLOEXEC | O_NONBLOCK) != 0)
     return error_of(ErrorKind::kLaunchFailed, std::string("pipe: ") + std::strerror(errno));
@@ -432,15 +388,17 @@ AgentOptions agent_options(const AgentJob& job, LauncherLink& link) {
   return ao;
 }
 
-std::vector<WorkerLaunch> launches_of(const AgentJob& job, const std::string& exe, bool dialed) {
+std::vector<WorkerLaunch> launches_of(const AgentJob& job, const PreparedHost& host, bool dialed) {
   std::vector<WorkerLaunch> launches;
   for (const auto& r : job.ranks) {
+    const std::string& exe = host.exe;
     WorkerLaunch l;
     l.rank = r.rank;
     l.host = job.host;
     l.request.exe = exe;
     l.request.argv = r.argv;
     l.request.env = dialed ? slurm_node_env(r.env) : r.env;
+    if (launches.size() < host.placement.size()) l.request.cpus = host.placement[launches.size()].cpus;
     launches.push_back(std::move(l));
   }
   return launches;
@@ -471,7 +429,7 @@ int run_ranks(const AgentJob& job, PreparedHost& host, LauncherLink& link, agent
                                 job.heartbeat_timeout, job.kill_grace);
   threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
 
-  AgentResult res = agent.run(launches_of(job, host.exe, stream.sock.valid()));
+  AgentResult res = agent.run(launches_of(job, host, stream.sock.valid()));
   host.watchdog.disarm();
   // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
   link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));
@@ -496,7 +454,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
   auto start_deadline = deadline_in(*start_timeout + 10);
   std::string node = node_name();
   LauncherStream stream;
-  if (int code = open_stream(node, stream); code != 0) return code;
+  if (int code = open_stream(node, stream, start_deadline); code != 0) return code;
   LauncherLink link(stream.out_fd);
   if (!link.send(Type::kHello, encode_hello(make_hello(node, stream.sock)))) return 1;
 

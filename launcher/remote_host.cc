@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdint>
 
 #include "common/deadline.h"
@@ -197,6 +198,14 @@ void RemoteHost::relay(LocalAgent& agent, OutputSink& sink) {
         wait_for_agent_exit(sink);
         return;
       }
+    if (sink.congested()) {
+      // hvdrun's output is not being taken: this host's waits in its link (the agent's
+      // writes block, as a local rank's do on its pipe), not in hvdrun's memory. The
+      // silence meanwhile is ours, not the agent's.
+      st.liveness.heard(Clock::now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
     if (!read_link(agent, sink, st)) return;
   }
 }

@@ -28,6 +28,7 @@ struct SpawnRequest {
   // child's exec, milliseconds for a large program) left that worker running. The child
   // holds the pipe until exec, so the watchdog cannot see hvdrun's end before it.
   int register_fd = -1;
+  std::vector<int> cpus;  // the CPUs it is bound to before its exec (placement.h); empty: not bound
 };
 
 struct SpawnedWorker {

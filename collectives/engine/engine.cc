@@ -32,6 +32,8 @@
 
 #include <poll.h>
 #include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -61,6 +63,23 @@ EngineOptions bounded(EngineOptions o) {
   return o;
 }
 }  // namespace
+
+int thread_cpu_of(std::string_view list, int local_rank, int local_size) {
+  std::vector<int> ids;
+  size_t start = 0;
+  while (start <= list.size() && !list.empty()) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    std::string_view id = list.substr(start, comma - start);
+    int v = 0;
+    if (id.empty() || id.size() > 5 || id.find_first_not_of("0123456789") != std::string_view::npos) return -1;
+    for (char c : id) v = v * 10 + (c - '0');
+    ids.push_back(v);
+    start = comma + 1;
+  }
+  if (ids.size() == 1) return ids[0];
+  if (local_rank < 0 || local_rank >= static_cast<int>(ids.size()) || static_cast<int>(ids.size()) < local_size) return -1;
+  return ids[static_cast<size_t>(local_rank)];
+}
 
 Engine::Engine(Ring* ring, EngineOptions opts)
     : ring_(ring),
@@ -306,6 +325,12 @@ Status Engine::wait_done(const std::shared_ptr<Op>& op) {
 }
 
 void Engine::background() {
+  if (opts_.thread_cpu >= 0 && opts_.thread_cpu < CPU_SETSIZE) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(opts_.thread_cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // a CPU not ours: EINVAL, left as it is
+  }
   while (!quit_) {
     if (want_drive_.load() > 0) {
       park();

@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+#include <string_view>
 
 #include "collectives/engine/cycle_message.h"
 #include "collectives/engine/eager.h"
@@ -37,8 +38,14 @@ class GpuCollectives;
 class Timeline;
 struct PendingOp;  // a request from submit to completion (pending_op.h)
 
+// The CPU of HVDRUN_THREAD_AFFINITY's list for this local rank, as Horovod reads it
+// (parse_and_set_affinity: one id per local rank); one id is every rank's. -1: unset or not
+// such a list.
+int thread_cpu_of(std::string_view list, int local_rank, int local_size);
+
 struct EngineOptions {
   int rank = 0, size = 1;
+  int thread_cpu = -1;  // the CPU the background thread is bound to (HVDRUN_THREAD_AFFINITY); -1: none
   // The tunables' defaults (common/tunables.cc); the runtime sets them from the environment.
   double cycle_ms = tunable_default("HVDRUN_CYCLE_TIME");  // pause between cycles that changed nothing
   size_t fusion_bytes = static_cast<size_t>(tunable_default("HVDRUN_FUSION_THRESHOLD"));  // 0: no fusion

@@ -31,6 +31,7 @@ check "choices from --help" "slurm ssh" "$(complete_line --launcher s)"
 check "choices after --opt=" "slurm ssh" "$(complete_line --launcher = s)"
 check "NCCL's levels" "VERSION WARN INFO ABORT TRACE" "$(complete_line -H h1:2 --nccl-debug '')"
 check "log levels" "warn" "$(complete_line --log-level w)"
+check "--bind-to's choices" "core" "$(complete_line -np 2 --bind-to c)"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 touch "$dir/hosts.txt" "$dir/hostile"

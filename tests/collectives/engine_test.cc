@@ -245,5 +245,16 @@ TEST(Engine, BroadcastAllgathervAlltoallReducescatter) {
   }
 }
 
+// HVDRUN_THREAD_AFFINITY (Horovod's HOROVOD_THREAD_AFFINITY): one CPU id per local rank,
+// or one for every rank; anything else binds nothing.
+TEST(EngineThreadAffinity, TheLocalRanksEntryOfTheList) {
+  EXPECT_EQ(thread_cpu_of("0,4,8,12", 2, 4), 8);
+  EXPECT_EQ(thread_cpu_of("3", 1, 4), 3);
+  EXPECT_EQ(thread_cpu_of("", 0, 1), -1);
+  EXPECT_EQ(thread_cpu_of("0,4", 2, 4), -1);  // fewer ids than local ranks (Horovod: an error, nothing set)
+  EXPECT_EQ(thread_cpu_of("0,x", 0, 2), -1);
+  EXPECT_EQ(thread_cpu_of("0,,1", 0, 3), -1);
+}
+
 }  // namespace
 }  // namespace hvdrun

@@ -157,14 +157,16 @@ TEST(Launch, BadInputIsOneLineAndLaunchesNothing) {
 }
 
 TEST(Launch, DryRunPrintsThePlanWithUnresolvableHosts) {
-  auto o = run(hvd({"--dry-run", "-H", "no-such-host-1:2,[::1]:1", "python3", "train.py", "--epochs", "1"}), 30);
+  auto o = run(hvd({"--dry-run", "-H", "no-such-host-1:2,[::1]:1", "--bind-to", "none", "python3", "train.py", "--epochs",
+                    "1"}),
+               30);
   ASSERT_EQ(o.exit_code, 0) << o.err;
   auto lines = split_lines(o.out);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0],
-            R"({"rank":0,"size":3,"local_rank":0,"local_size":2,"cross_rank":0,"cross_size":2,"host":"no-such-host-1","argv":["python3","train.py","--epochs","1"]})");
+            R"({"rank":0,"size":3,"local_rank":0,"local_size":2,"cross_rank":0,"cross_size":2,"host":"no-such-host-1","bind":"none","argv":["python3","train.py","--epochs","1"]})");
   EXPECT_EQ(lines[2],
-            R"({"rank":2,"size":3,"local_rank":0,"local_size":1,"cross_rank":1,"cross_size":2,"host":"::1","argv":["python3","train.py","--epochs","1"]})");
+            R"({"rank":2,"size":3,"local_rank":0,"local_size":1,"cross_rank":1,"cross_size":2,"host":"::1","bind":"none","argv":["python3","train.py","--epochs","1"]})");
 }
 
 // Elastic (issue 28): the discovery script's hosts, ranked in its line order up to --max-np;

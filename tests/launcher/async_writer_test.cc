@@ -9,6 +9,9 @@
 #include <atomic>
 #include <cerrno>
 #include <future>
+#include <thread>
+#include <chrono>
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <string>
 
@@ -47,6 +50,36 @@ TEST(AsyncWriter, BacklogHoldsWhatTheReaderHasNotTakenAndNothingIsLost) {
   w.write("dropped after the end\n");
   EXPECT_EQ(read_to_eof(p.rd), big + small);
   EXPECT_EQ(w.backlog(), 0u);
+}
+
+// With a capacity (the agent's writer of rank 0's stdin), a writer faster than the reader
+// waits in write(): the queue holds at most the capacity (it grew with every write).
+TEST(AsyncWriter, AWriterPastTheCapacityWaitsForTheReader) {
+  Pipe p;
+  int wr = p.wr;
+  p.wr = -1;
+  constexpr size_t kChunk = 64 << 10, kCapacity = 4 * kChunk;
+  AsyncWriter w{UniqueFd(wr)};
+  w.set_capacity(kCapacity);
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 32; ++i, ++written) w.write(std::string(kChunk, static_cast<char>('a' + i % 26)));
+    w.close_after_queued();
+  });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (written.load() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  size_t most = w.backlog(), total = 0;
+  char buf[4096];
+  while (true) {  // the reader, slower than the writer: a page at a time
+    most = std::max(most, w.backlog());
+    ssize_t n = read(p.rd, buf, sizeof buf);
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
+  writer.join();
+  EXPECT_EQ(total, 32 * kChunk);  // nothing lost
+  EXPECT_LE(most, kCapacity) << "the queue grew past its capacity";
 }
 
 TEST(AsyncWriter, DrainReturnsOnceEverythingIsWritten) {

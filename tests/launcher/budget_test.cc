@@ -1,6 +1,13 @@
 #include "launcher/budget.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <vector>
 
 namespace hvdrun {
 
@@ -50,10 +57,59 @@ TEST(ProcessBudget, ProcessesAgainstRlimitNprocAndPidMax) {
 }
 
 TEST(ProcessBudget, ReadsThisMachine) {
-  ProcessBudget b = read_process_budget();
+  ProcessBudget b = read_process_budget(1);
   EXPECT_GT(b.nofile_in_use, 2);
   EXPECT_GT(b.tasks_in_use, 0);
   EXPECT_GT(b.pid_max, 0);
+}
+
+// In a child that is not root (a user of its own), with RLIMIT_NPROC 24: processes are started until the
+// kernel refuses one (its count then is the limit), one is ended (room for exactly one
+// more), and read_process_budget's answer is checked on both sides of that edge. Its
+// verdict is the kernel's own count, not a scan of the host's processes.
+int nproc_edge_in_child() {
+  rlimit lim{24, 24};
+  if (setrlimit(RLIMIT_NPROC, &lim) != 0) return 10;
+  // A user of its own (no other process counts against it, even in a run beside this one).
+  uid_t uid = static_cast<uid_t>(200000 + getpid() % 100000);
+  if (setresuid(uid, uid, uid) != 0) return 11;
+  std::vector<pid_t> held;
+  while (held.size() < 64) {
+    pid_t p = fork();
+    if (p == 0) {
+      pause();
+      _exit(0);
+    }
+    if (p < 0) break;
+    held.push_back(p);
+  }
+  int rc = 0;
+  if (held.empty() || held.size() >= 64) rc = 12;  // the limit was never reached
+  if (!rc) {
+    kill(held.back(), SIGKILL);
+    waitpid(held.back(), nullptr, 0);
+    held.pop_back();
+    ProcessBudget one = read_process_budget(1), two = read_process_budget(2);
+    if (one.nproc != 24 || one.nproc_in_use != 0) rc = 13;                  // room for one
+    else if (two.nproc_in_use + 2 <= two.nproc) rc = 14;                    // but not two
+    else if (check_process_budget(two, {1, 1, 0}).ok()) rc = 15;           // refused with the line
+    else if (read_process_budget(1).nproc_in_use != 0) rc = 16;             // the limit restored
+  }
+  for (pid_t p : held) kill(p, SIGKILL);
+  for (pid_t p : held) waitpid(p, nullptr, 0);
+  return rc;
+}
+
+TEST(ProcessBudget, RoomUnderRlimitNprocIsTheKernelsCount) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root, to become a user of its own";
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(nproc_edge_in_child());
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "10-12: set-up failed; 13: room for one not seen; 14: room for two seen; "
+                                   "15: not refused; 16: the limit not restored";
 }
 
 }  // namespace hvdrun

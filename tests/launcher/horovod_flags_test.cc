@@ -63,13 +63,18 @@ TEST(HorovodFlags, TuningFlagsSetTheWorkersVariables) {
 
 TEST(HorovodFlags, FlagsNotActedOnGetOneWarning) {
   auto r = ok({"--autotune", "--autotune-log-file", "a.csv", "--num-nccl-streams", "2", "--thread-affinity", "1",
-               "--gloo-timeout-seconds", "60", "--mpi-args=--map-by ppr", "--binding-args", "x",
+               "--gloo-timeout-seconds", "60", "--mpi-args=--map-by ppr", "--binding-args", "-bind-to none",
                "--log-without-timestamp", "--mpi-threads-disable", "--no-stall-check", "--disable-cache", "--gloo",
                "prog"});
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_NE(r.warnings[0].find("--autotune, --autotune-log-file"), std::string::npos) << r.warnings[0];
   EXPECT_NE(r.warnings[0].find("--mpi-args"), std::string::npos);
   EXPECT_NE(r.warnings[0].find("does not act on them yet"), std::string::npos);
+  // Acted on: --binding-args as --bind-to, --thread-affinity by the engine's thread.
+  EXPECT_EQ(r.warnings[0].find("--binding-args"), std::string::npos) << r.warnings[0];
+  EXPECT_EQ(r.warnings[0].find("--thread-affinity"), std::string::npos) << r.warnings[0];
+  EXPECT_EQ(r.options.bind_to, "none");
+  EXPECT_TRUE(has_env(r.options, "HOROVOD_THREAD_AFFINITY=1"));
   EXPECT_TRUE(has_env(r.options, "HOROVOD_AUTOTUNE=1"));
   EXPECT_TRUE(has_env(r.options, "HOROVOD_NUM_NCCL_STREAMS=2"));
   EXPECT_TRUE(has_env(r.options, "HOROVOD_LOG_HIDE_TIME=1"));

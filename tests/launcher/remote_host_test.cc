@@ -504,5 +504,78 @@ TEST(RemoteHost, AnotherVersionIsRefusedOnlyForAnotherProtocol) {
                                     "): they cannot talk; install the same version on every host");
 }
 
+// An agent with endless output: every read brings another 64 KiB of lines, until told to
+// say kDone.
+class FloodLink : public FakeLink {
+ public:
+  Status write(std::string_view) override { return {}; }
+  size_t write_room() override { return 65536; }
+  Result<std::string> read(int) override {
+    if (!pending_.empty()) return std::exchange(pending_, std::string());
+    if (done_sent_) return make_error(ErrorKind::kPeerLost, "b: the agent closed its output");  // it exited
+    if (done_) {
+      done_sent_ = true;
+      return agentwire::encode(Type::kDone, "{\"code\":0}");
+    }
+    return agentwire::encode_output(0, 0, std::string(65535, 'x') + "\n");  // a whole frame
+  }
+  std::atomic<bool> done_{false};
+
+ private:
+  bool done_sent_ = false;
+};
+
+// A sink whose reader has stopped once it holds `limit` bytes (a terminal's pager that the
+// user left): it counts what it was given, and how often it was asked while congested.
+class StuckSink : public RecordingSink {
+ public:
+  explicit StuckSink(size_t limit) : limit_(limit) {}
+  void write_lines(int, StreamKind, std::string_view lines) override { bytes += lines.size(); }
+  bool congested() const override {
+    bool c = !released && bytes.load() >= limit_;
+    if (c) asked_while_congested++;
+    return c;
+  }
+  std::atomic<size_t> bytes{0};
+  std::atomic<bool> released{false};
+  mutable std::atomic<int> asked_while_congested{0};
+
+ private:
+  size_t limit_;
+};
+
+// A remote host's output is held in its link while hvdrun's output is congested (back
+// pressure to the agent, as the local ranks' pipes are not read): it used to be handed to
+// the sink's unbounded queue whatever the reader did.
+TEST(RemoteHost, OutputWaitsInTheLinkWhileTheSinkIsCongested) {
+  auto link = std::make_unique<FloodLink>();
+  FloodLink* fake = link.get();
+  OneLinkStarter starter(std::move(link));
+  RemoteHost host("b", RemoteSettings{}, starter);
+  ASSERT_TRUE(host.connect(Clock::now() + std::chrono::seconds(5)).ok());
+  StuckSink sink(1 << 20);
+  LocalAgent agent(AgentOptions{}, sink, nullptr);
+  agent.set_remotes({&host});
+  size_t held = 0;
+  bool asked = false;
+  std::thread reader([&] {
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (sink.asked_while_congested.load() < 50 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    asked = sink.asked_while_congested.load() >= 50;
+    held = sink.bytes.load();
+    sink.released = true;  // the reader is back; the agent then ends
+    fake->done_ = true;
+  });
+  host.start(agent, sink);
+  AgentResult r = agent.run({});
+  host.join();
+  reader.join();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(asked) << "the relay never asked whether the sink had room; bytes " << held << ", asked "
+                     << sink.asked_while_congested.load();
+  EXPECT_LE(held, (1u << 20) + 2 * 65536) << "the relay kept handing output to a congested sink";
+}
+
 }  // namespace
 }  // namespace hvdrun

@@ -144,6 +144,27 @@ TEST(SpawnWorker, TheChildRegistersItsGroupBeforeExec) {
   EXPECT_EQ(exit_code_of(reap(w->pid)), 3);
 }
 
+// A child whose exec fails has registered its group, and is reaped by spawn_worker at once:
+// it takes its group back off the watchdog's list before it exits, so that the watchdog
+// never signals the id once it is free for another process.
+TEST(SpawnWorker, AChildWhoseExecFailedUnregistersItsGroupBeforeItExits) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  SpawnRequest r = sh("");
+  r.exe = "/nonexistent/hvdrun-test-program";
+  r.argv = {"hvdrun-test-program"};
+  r.register_fd = fds[1];
+  auto w = spawn_worker(r);
+  close(fds[1]);
+  ASSERT_FALSE(w.ok());
+  int32_t v[3] = {0, 0, 0};
+  ssize_t n = read_all(fds[0]).copy(reinterpret_cast<char*>(v), sizeof v);
+  close(fds[0]);
+  ASSERT_EQ(n, static_cast<ssize_t>(2 * sizeof(int32_t))) << "registered, then unregistered: two words";
+  EXPECT_GT(v[0], 0);
+  EXPECT_EQ(v[1], -v[0]);
+}
+
 TEST(SpawnWorker, StdinIsTheGivenDescriptorOrDevNull) {
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);

@@ -171,6 +171,15 @@ class FakeJob:
         r, n = w.rank, w.size
         return {"rank": r, "size": n, "local_rank": r, "local_size": n, "cross_rank": 0, "cross_size": 1}[which]
 
+    def process_set_ids(self) -> List[int]:
+        return [0]  # the global set only: hvd.init registers no other here
+
+    def process_set_info(self, process_set: int) -> Tuple[int, List[int]]:
+        w = self._me()
+        if process_set != 0 or not w.initialized:
+            raise _capi.HorovodInternalError(f"fake hvd_process_set_info({process_set}): not registered")
+        return w.rank, list(range(w.size))
+
     def elastic_on(self) -> bool:
         return self.elastic
 
@@ -232,6 +241,7 @@ class FakeJob:
     def install(self, monkeypatch: Any) -> "FakeJob":
         for name, fn in (("init", self.init), ("shutdown", self.shutdown), ("initialized", self.initialized),
                          ("topology", self.topology), ("elastic", self.elastic_on),
+                         ("process_set_ids", self.process_set_ids), ("process_set_info", self.process_set_info),
                          ("elastic_updates", self.elastic_updates), ("allreduce", self.allreduce),
                          ("broadcast_async", self.broadcast_async), ("wait", self.wait)):
             monkeypatch.setattr(_capi, name, fn)

@@ -186,9 +186,17 @@ def horovods_errors_on_every_rank():
     refused(lambda: hvd.reducescatter(torch.ones(n), op=hvd.Adasum), RuntimeError)
     refused(lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), RuntimeError)
     # A second pending operation of the same name: ValueError on the rank that submits it.
-    h = hvd.reducescatter_async(torch.ones(n), name="dup")
-    refused(lambda: hvd.reducescatter_async(torch.ones(n), name="dup"), ValueError)
-    equal(hvd.synchronize(h), torch.ones(1))
+    # Each rank in turn, while no other rank has submitted the name (so the first cannot
+    # have finished in the background: under load it did, and the second was no duplicate).
+    for k in range(n):
+        name = f"dup.{k}"
+        if r == k:
+            h = hvd.reducescatter_async(torch.ones(n), name=name)
+            refused(lambda: hvd.reducescatter_async(torch.ones(n), name=name), ValueError)
+        hvd.barrier()
+        if r != k:
+            h = hvd.reducescatter_async(torch.ones(n), name=name)
+        equal(hvd.synchronize(h), torch.ones(1))
     # Ranks disagree on the dtype: a RuntimeError on every rank, none left waiting.
     t = torch.ones(5, dtype=torch.int32 if r % 2 == 0 else torch.float32)
     refused(lambda: hvd.allreduce(t, name="mixed"), RuntimeError)

@@ -31,5 +31,8 @@ JobHosts split_hosts(const JobPlan& plan);
 BudgetNeed budget_need(const JobPlan& plan, const JobHosts& hosts);
 // The environment of the ranks on `host`: `base` with the addresses they use there.
 JobEnv env_of_host(const JobEnv& base, const Addressing& addressing, const std::string& host);
+// --dry-run's "bind" of each rank: this machine's as placed here (placement.h); another
+// host's is decided there, from its own topology.
+Result<std::map<int, std::string>> dry_run_binding(const JobPlan& plan, const std::string& bind_to);
 
 }  // namespace hvdrun

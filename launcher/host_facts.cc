@@ -17,6 +17,7 @@
 #include "launcher/agent_wire.h"
 #include "launcher/horovod_compat.h"
 #include "launcher/spawn.h"
+#include "launcher/sys_files.h"
 
 namespace hvdrun {
 namespace {
@@ -26,17 +27,6 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::vector<std::string> dir_entries(const std::string& path) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(path.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') out.push_back(e->d_name);
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // "Key:   value" of /proc/driver/nvidia/gpus/*/information.

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "launcher/placement.h"
+#include "launcher/sys_files.h"
 
 namespace hvdrun {
 namespace {
@@ -25,17 +26,6 @@ int number_in(const std::string& path, int otherwise) {
   char* end = nullptr;
   long v = std::strtol(s.c_str(), &end, 0);
   return s.empty() || end == s.c_str() ? otherwise : static_cast<int>(v);
-}
-
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 // NVIDIA's PCI vendor id, and the display (0x03xxxx: VGA, 3D) class.
@@ -61,7 +51,7 @@ Topology read_topology(const std::string& sysfs_root, const std::vector<int>& al
   std::vector<int> online = parse_cpu_list(first_line(cpu_dir + "/online"));
   std::set<int> permitted(allowed.begin(), allowed.end());
   std::vector<int> node_of(1 << 16, 0);
-  for (const std::string& n : entries(sysfs_root + "/devices/system/node")) {
+  for (const std::string& n : dir_entries(sysfs_root + "/devices/system/node")) {
     if (n.rfind("node", 0) != 0 || n.size() == 4) continue;
     int node = std::atoi(n.c_str() + 4);
     for (int c : parse_cpu_list(first_line(sysfs_root + "/devices/system/node/" + n + "/cpulist"))) node_of[c] = node;
@@ -72,7 +62,7 @@ Topology read_topology(const std::string& sysfs_root, const std::vector<int>& al
     t.cpus.push_back({id, number_in(topo + "physical_package_id", 0), number_in(topo + "core_id", id), node_of[id]});
   }
   const std::string pci = sysfs_root + "/bus/pci/devices";
-  for (const std::string& addr : entries(pci))
+  for (const std::string& addr : dir_entries(pci))
     if (is_nvidia_gpu(pci + "/" + addr)) t.gpus.push_back({addr, number_in(pci + "/" + addr + "/numa_node", -1)});
   return t;
 }

@@ -58,6 +58,7 @@ const char* msg_type_name(MsgType t) {
     case MsgType::kCounter: return "counter";
     case MsgType::kBarrier: return "barrier";
     case MsgType::kFatal: return "fatal";
+    case MsgType::kStaleRound: return "stale round";
   }
   return "unknown";
 }
@@ -104,14 +105,17 @@ std::string encode_register(const RegisterRequest& q) {
   w.str(q.host);
   w.str(q.addr);
   w.i32(q.port);
+  if (q.round != 0) w.i32(q.round);
   return w.take();
 }
 
 Result<RegisterRequest> decode_register(std::string_view payload) {
   Reader r(payload);
   RegisterRequest q;
-  if (!(r.i32(q.rank) && r.i32(q.size) && r.str(q.host, 1024) && r.str(q.addr, 1024) && r.i32(q.port) && r.done()))
+  if (!(r.i32(q.rank) && r.i32(q.size) && r.str(q.host, 1024) && r.str(q.addr, 1024) && r.i32(q.port)))
     return malformed("register");
+  if (!r.done() && !(r.i32(q.round) && q.round > 0)) return malformed("register");
+  if (!r.done()) return malformed("register");
   return q;
 }
 

@@ -60,6 +60,9 @@ enum class MsgType : uint8_t {
   kBarrier = 29,   // c->s: name, parties i32, timeout ms u32 -> ok / timeout
   // Fatal error of a worker: hvdrun tears the job down with this message.
   kFatal = 30,  // c->s: message
+  // Elastic: a kRegister for a round that is over (or not begun); the connection stays
+  // open and the worker reads the newest round's assignment (docs/ELASTIC.md) and tries again.
+  kStaleRound = 31,  // s->c: i64 the server's current round
 };
 
 const char* msg_type_name(MsgType t);
@@ -107,6 +110,9 @@ struct RegisterRequest {
   int32_t rank = -1, size = 0;
   std::string host, addr;
   int32_t port = 0;
+  // Elastic: the round whose rank this is (docs/ELASTIC.md); 0 outside an elastic job, and
+  // then not on the wire (the payload of a non-elastic register is unchanged).
+  int32_t round = 0;
 };
 
 struct Registered {

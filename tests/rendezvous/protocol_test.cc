@@ -29,6 +29,13 @@ TEST(Protocol, MessagesRoundTrip) {
   EXPECT_EQ(rq->host, "node2");
   EXPECT_EQ(rq->addr, "10.0.0.2");
   EXPECT_EQ(rq->port, 41000);
+  EXPECT_EQ(rq->round, 0);
+  // An elastic register carries its round; a plain one is the same bytes as before rounds.
+  RegisterRequest e{1, 4, "h", "a", 3, 7};
+  auto re = decode_register(encode_register(e));
+  ASSERT_TRUE(re.ok());
+  EXPECT_EQ(re->round, 7);
+  EXPECT_EQ(encode_register(e).size(), encode_register(RegisterRequest{1, 4, "h", "a", 3}).size() + 4);
 
   Registered g{8, {2, "a", "1.1.1.1", 1}, {4, "b", "2.2.2.2", 2}};
   auto rg = decode_registered(roundtrip(MsgType::kRegistered, encode_registered(g)).payload);
@@ -83,6 +90,9 @@ TEST(Protocol, LimitsAndGarbage) {
   std::string reg = encode_register({1, 2, "h", "a", 3});
   for (size_t n = 0; n < reg.size(); ++n) EXPECT_FALSE(decode_register(reg.substr(0, n)).ok()) << n;
   EXPECT_FALSE(decode_register(reg + "x").ok());
+  EXPECT_FALSE(decode_register(reg + std::string(4, '\0')).ok());        // round 0 is never sent
+  EXPECT_FALSE(decode_register(reg + std::string("\xff\xff\xff\xff", 4)).ok());  // nor a negative one
+  EXPECT_FALSE(decode_register(reg + std::string("\x01\0\0\0x", 5)).ok());
   EXPECT_FALSE(decode_string("\xff\xff\xff\x7f").ok());
   EXPECT_FALSE(decode_wait(encode_wait(1, std::vector<std::string>(kMaxWaitKeys + 1, "k"))).ok());
 }

@@ -1,7 +1,5 @@
 // The NCCL backend: one communicator per process over every rank, its unique id relayed by
 // hvdrun's rendezvous, collectives on a stream this runtime owns.
-#include <nccl.h>
-
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -11,13 +9,14 @@
 #include "collectives/gpu.h"
 #include "collectives/gpu_version.h"
 #include "collectives/nccl_id.h"
+#include "collectives/nccl_library.h"
 
 namespace hvdrun {
 namespace {
 
-Error nccl_error(const std::string& what, ncclResult_t r, ncclComm_t comm = nullptr) {
-  std::string text = std::string(ncclGetErrorString(r));
-  const char* last = comm ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+Error nccl_error(const NcclLibrary& nccl, const std::string& what, ncclResult_t r, ncclComm_t comm = nullptr) {
+  std::string text = std::string(nccl.GetErrorString(r));
+  const char* last = nccl.GetLastError(comm);
   if (last && *last) text += " (" + std::string(last) + ")";
   return make_error(ErrorKind::kNccl, what + ": " + text);
 }
@@ -52,26 +51,26 @@ ncclRedOp_t nccl_op(hvd_op_t op) {
 
 class NcclCollectives : public GpuCollectives {
  public:
-  NcclCollectives(const GpuSetup& s, int device, ncclComm_t comm, cudaStream_t stream)
-      : rank_(s.rank), size_(s.size), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
+  NcclCollectives(const NcclLibrary& nccl, const GpuSetup& s, int device, ncclComm_t comm, cudaStream_t stream)
+      : nccl_(nccl), rank_(s.rank), size_(s.size), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
 
   ~NcclCollectives() override {
     if (comm_) {
-      if (broken_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (broken_) nccl_.CommAbort(comm_);
+      else nccl_.CommDestroy(comm_);
     }
     if (stream_) cudaStreamDestroy(stream_);
   }
 
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) override {
     if (auto s = ready("hvd_allreduce"); !s) return s;
-    ncclResult_t r = ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
+    ncclResult_t r = nccl_.AllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
     return finish("hvd_allreduce", r);
   }
 
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) override {
     if (auto s = ready("hvd_broadcast"); !s) return s;
-    ncclResult_t r = ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_);
+    ncclResult_t r = nccl_.Broadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_);
     return finish("hvd_broadcast", r);
   }
 
@@ -86,7 +85,7 @@ class NcclCollectives : public GpuCollectives {
                       cudaMemcpyAsync(mine, send, bytes, cudaMemcpyDeviceToDevice, stream_));
       send = mine;
     }
-    ncclResult_t r = ncclAllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_);
+    ncclResult_t r = nccl_.AllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_);
     return finish("hvd_allgather", r);
   }
 
@@ -106,13 +105,13 @@ class NcclCollectives : public GpuCollectives {
                          : dtype == HVD_FLOAT32 ? static_cast<const void*>(&f32)
                                                 : static_cast<const void*>(&f16);
     ncclRedOp_t pre_mul;
-    if (ncclResult_t r = ncclRedOpCreatePreMulSum(&pre_mul, const_cast<void*>(scalar), nccl_dtype(dtype),
+    if (ncclResult_t r = nccl_.RedOpCreatePreMulSum(&pre_mul, const_cast<void*>(scalar), nccl_dtype(dtype),
                                                   ncclScalarHostImmediate, comm_);
         r != ncclSuccess)
-      return nccl_error("ncclRedOpCreatePreMulSum", r, comm_);
-    ncclResult_t r = ncclAllReduce(send, recv, count, nccl_dtype(dtype), pre_mul, comm_, stream_);
+      return nccl_error(nccl_, "ncclRedOpCreatePreMulSum", r, comm_);
+    ncclResult_t r = nccl_.AllReduce(send, recv, count, nccl_dtype(dtype), pre_mul, comm_, stream_);
     Status st = finish("hvd_allreduce_async", r);
-    if (comm_) ncclRedOpDestroy(pre_mul, comm_);
+    if (comm_) nccl_.RedOpDestroy(pre_mul, comm_);
     return st;
   }
 
@@ -130,10 +129,10 @@ class NcclCollectives : public GpuCollectives {
       if (auto s = tmp.alloc(total); !s) return s;
       out = tmp.p;
     }
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = nccl_.GroupStart();
     for (int p = 0; p < size_ && r == ncclSuccess; ++p)
-      r = ncclBroadcast(p == rank_ ? send : out + off[p], out + off[p], bytes[p], ncclChar, p, comm_, stream_);
-    ncclResult_t e = ncclGroupEnd();
+      r = nccl_.Broadcast(p == rank_ ? send : out + off[p], out + off[p], bytes[p], ncclChar, p, comm_, stream_);
+    ncclResult_t e = nccl_.GroupEnd();
     if (auto s = finish("hvd_allgatherv", r != ncclSuccess ? r : e); !s) return s;
     if (!recv) return to_host(out, total, kept);
     return {};
@@ -152,13 +151,13 @@ class NcclCollectives : public GpuCollectives {
     }
     DeviceBuffer tmp;
     if (auto s = tmp.alloc(in_total); !s) return s;
-    ncclResult_t r = ncclGroupStart();
+    ncclResult_t r = nccl_.GroupStart();
     for (int p = 0; p < size_ && r == ncclSuccess; ++p) {
       size_t out_b = bytes[static_cast<size_t>(me) * size_ + p], in_b = bytes[static_cast<size_t>(p) * size_ + me];
-      if (out_b) r = ncclSend(static_cast<const char*>(send) + soff[p], out_b, ncclChar, p, comm_, stream_);
-      if (r == ncclSuccess && in_b) r = ncclRecv(tmp.p + roff[p], in_b, ncclChar, p, comm_, stream_);
+      if (out_b) r = nccl_.Send(static_cast<const char*>(send) + soff[p], out_b, ncclChar, p, comm_, stream_);
+      if (r == ncclSuccess && in_b) r = nccl_.Recv(tmp.p + roff[p], in_b, ncclChar, p, comm_, stream_);
     }
-    ncclResult_t e = ncclGroupEnd();
+    ncclResult_t e = nccl_.GroupEnd();
     if (auto s = finish("hvd_alltoall", r != ncclSuccess ? r : e); !s) return s;
     return to_host(tmp.p, in_total, kept);
   }
@@ -170,7 +169,7 @@ class NcclCollectives : public GpuCollectives {
     const size_t es = dtype_size(dtype);
     DeviceBuffer tmp;
     if (auto s = tmp.alloc(count * es); !s) return s;
-    ncclResult_t r = ncclAllReduce(send, tmp.p, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
+    ncclResult_t r = nccl_.AllReduce(send, tmp.p, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
     if (r == ncclSuccess && mine)
       HVDRUN_CUDA_TRY("hvd_reducescatter: cudaMemcpyAsync",
                       cudaMemcpyAsync(recv, tmp.p + first * es, mine * es, cudaMemcpyDeviceToDevice, stream_));
@@ -214,7 +213,7 @@ class NcclCollectives : public GpuCollectives {
   // Waits for the stream, watching NCCL's asynchronous errors and HVDRUN_TIMEOUT: a dead
   // or silent peer aborts the communicator instead of hanging the rank.
   Status finish(const char* what, ncclResult_t enqueued) {
-    if (enqueued != ncclSuccess) return nccl_error(std::string(what), enqueued, comm_);
+    if (enqueued != ncclSuccess) return nccl_error(nccl_, std::string(what), enqueued, comm_);
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
     auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
@@ -223,8 +222,8 @@ class NcclCollectives : public GpuCollectives {
       if (e == cudaSuccess) return {};
       if (e != cudaErrorNotReady) return cuda_error(std::string(what) + ": cudaStreamQuery", e);
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(what, async, comm_));
+      nccl_.CommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(nccl_, what, async, comm_));
       auto now = Clock::now();
       if (now > deadline)
         return fail(make_error(ErrorKind::kTimeout,
@@ -242,11 +241,12 @@ class NcclCollectives : public GpuCollectives {
     broken_ = true;
     broken_reason_ = e.message;
     if (on_fatal_) on_fatal_("rank " + std::to_string(rank_) + ": " + e.message);
-    ncclCommAbort(comm_);
+    nccl_.CommAbort(comm_);
     comm_ = nullptr;
     return e;
   }
 
+  const NcclLibrary& nccl_;
   int rank_, size_, device_;
   double timeout_s_;
   std::function<void(const std::string&)> on_fatal_;
@@ -264,11 +264,14 @@ int gpu_nccl_version() { return NCCL_VERSION_CODE; }
 Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) {
   auto device = select_device(s.rank, s.local_rank);
   if (!device) return device.error();
+  auto loaded = nccl_library();
+  if (!loaded) return loaded.error();
+  const NcclLibrary& nccl = **loaded;
   auto id = exchange_nccl_id(
       s.store, s.rank, s.size, s.generation,
-      []() -> Result<std::string> {
+      [&nccl]() -> Result<std::string> {
         ncclUniqueId uid;
-        if (ncclResult_t r = ncclGetUniqueId(&uid); r != ncclSuccess) return nccl_error("ncclGetUniqueId", r);
+        if (ncclResult_t r = nccl.GetUniqueId(&uid); r != ncclSuccess) return nccl_error(nccl, "ncclGetUniqueId", r);
         return std::string(uid.internal, sizeof(uid.internal));
       },
       s.timeout_s);
@@ -277,15 +280,15 @@ Result<std::unique_ptr<GpuCollectives>> make_gpu_collectives(const GpuSetup& s) 
   static_assert(sizeof(uid.internal) == kNcclIdBytes);
   std::memcpy(uid.internal, id->data(), kNcclIdBytes);
   ncclComm_t comm = nullptr;
-  if (ncclResult_t r = ncclCommInitRank(&comm, s.size, uid, s.rank); r != ncclSuccess)
-    return nccl_error("ncclCommInitRank on device " + std::to_string(*device), r);
+  if (ncclResult_t r = nccl.CommInitRank(&comm, s.size, uid, s.rank); r != ncclSuccess)
+    return nccl_error(nccl, "ncclCommInitRank on device " + std::to_string(*device), r);
   cudaStream_t stream = nullptr;
   // A blocking stream: ordered after the legacy default stream's queued work.
   if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
-    ncclCommDestroy(comm);
+    nccl.CommDestroy(comm);
     return cuda_error("cudaStreamCreate", e);
   }
-  return std::unique_ptr<GpuCollectives>(new NcclCollectives(s, *device, comm, stream));
+  return std::unique_ptr<GpuCollectives>(new NcclCollectives(nccl, s, *device, comm, stream));
 }
 
 }  // namespace hvdrun

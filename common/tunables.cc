@@ -101,6 +101,9 @@ constexpr Tunable kTable[] = {
      "CUDA device of this rank, an index within CUDA_VISIBLE_DEVICES; empty: the local rank."},
     {"HVDRUN_NCCL_EAGER", "0", TunableUse::kWorker,
      "1: create the NCCL communicator in hvd_init instead of at the first device collective."},
+    {"HVDRUN_NCCL_LIBRARY", "", TunableUse::kWorker,
+     "Path of the libnccl.so.2 to load when the process has none loaded yet (PyTorch's, when it was imported "
+     "first, is always used); empty: libnccl.so.2 from the library path, else the NCCL hvdrun was built against."},
     // The collective engine (libhvdrun); Horovod's names work too.
     {"HVDRUN_FUSION_THRESHOLD", "134217728", TunableUse::kWorker,
      "Bytes of the fusion buffer: consecutive ready allreduces of one dtype and reduction are "

@@ -94,3 +94,24 @@ for f in (hvd.rank, hvd.size, hvd.local_rank, hvd.barrier, lambda: hvd.allreduce
 print("ok")
 """)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+def test_importing_hvdrun_before_torch_leaves_torch_its_own_nccl(torch_available: bool) -> None:
+    """libhvdrun loads NCCL at its first device collective, never at import: importing
+    hvdrun first must not hand torch another libnccl.so.2 (PyPI torch 2.x then failed to
+    import: "undefined symbol: ncclCommResume")."""
+    if not torch_available:
+        pytest.skip("no torch in this interpreter")
+    code = """
+import hvdrun.numpy, hvdrun._capi as c
+c.nccl_built(); c.nccl_version()
+maps = open('/proc/self/maps').read()
+assert 'libnccl' not in maps, 'libnccl mapped at import'
+import torch
+print('torch', torch.__version__)
+if torch.cuda.is_available() or hasattr(torch.cuda, 'nccl') and torch.version.cuda:
+    print('torch nccl', torch.cuda.nccl.version())
+"""
+    p = run_python(code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("torch "), p.stdout

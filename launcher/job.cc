@@ -19,7 +19,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "launcher/exit_status.h"

@@ -48,9 +48,12 @@ std::string seconds_text(double s) {
   snprintf(buf, sizeof buf, "%g", s);
   return buf;
 }
-
-class HttpSession;
 }  // namespace
+
+// Not in the anonymous namespace: State (a member of HorovodHttpServer, so of external
+// linkage) holds pointers to it, which GCC warns about (-Wsubobject-linkage) once this file
+// is compiled inside another (the unity group of rendezvous/CMakeLists.txt).
+class HttpSession;
 
 struct HorovodHttpServer::State : std::enable_shared_from_this<HorovodHttpServer::State> {
   explicit State(asio::io_context& io_, HorovodHttpOptions o, Warn w)
@@ -83,8 +86,6 @@ struct HorovodHttpServer::State : std::enable_shared_from_this<HorovodHttpServer
     }
   }
 };
-
-namespace {
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
@@ -311,8 +312,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   size_t drained_ = 0;
   bool timed_out_ = false, answering_ = false, dropped_ = false, counted_ = true;
 };
-
-}  // namespace
 
 // Room for a new connection. One client that opens connections and sends nothing (or
 // slowly) must not keep the job's workers, whose requests arrive at once, waiting: when a

@@ -34,7 +34,7 @@ mpirun do, and its workers' collectives (allreduce, allgather, broadcast, ...)
 run over TCP and shared memory. The package holds hvdrun, libhvdrun with its C
 header, CMake package and pkg-config file, the Python package hvdrun (a
 Horovod-style hvdrun.torch), the horovod shim of --horovod-compat, the man page
-and bash completion.")
+and bash and zsh completion.")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # hvdrun_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)

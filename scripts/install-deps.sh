@@ -6,7 +6,7 @@ pkgs=(cmake g++ clang libclang-rt-14-dev make pkg-config libboost-dev libssh-dev
       openssh-server iproute2 procps man-db openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-matplotlib
       slurmctld slurmd slurm-client python3-pytest python3-venv python3-torchvision ccache ninja-build
       libtorch-dev pybind11-dev
-      lintian mmdebstrap bash-completion buildah)
+      lintian mmdebstrap bash-completion zsh buildah)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

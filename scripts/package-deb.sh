@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes dist/hvdrun_<version>_<arch>.deb with CPack: hvdrun, libhvdrun (soname and links),
 # the header, CMake package and pkg-config file, the man page, the Python package (in
-# /usr/lib/python3/dist-packages), the horovod shim and bash completion; dependencies from
+# /usr/lib/python3/dist-packages), the horovod shim and bash and zsh completion; dependencies from
 # the binaries (dpkg-shlibdeps). Then lintian, when installed: no error allowed.
 # The package is built without CUDA: Debian 12 has no NCCL; GPU nodes take the image.
 # BUILD_DIR (default build-deb) and DIST (default dist) may be set.

@@ -3,7 +3,7 @@
 # tests_runtime_process_cluster, tests/CMakeLists.txt): fails when a test of LABELS lacks
 # what it runs. Every test that the full build REF lists under LABELS must be listed in
 # BUILD too (a gtest binary that was not built lists none of its tests), and every file of
-# BUILD that a test command under LABELS names must exist.
+# BUILD that a test command under LABELS runs or names must exist.
 # Usage: scripts/check-test-targets.sh REF_BUILD BUILD LABELS
 set -euo pipefail
 ref=$(realpath "$1") build=$(realpath "$2") labels=$3
@@ -15,8 +15,13 @@ if [ -n "$missing" ]; then
   head -5 <<<"$missing"
   fail=1
 fi
-files=$( (cd "$build" && ctest -N -V -L "$labels") | sed -n 's/^[0-9]*: Test command: //p' |
-  grep -oE "$build/[^ \"]+" | sort -u)
+commands=$(cd "$build" && ctest -N -V -L "$labels" | sed -n 's/^[0-9]*: Test command: *//p')
+# ctest shows no command for a test whose executable is not there.
+if grep -qx '' <<<"$commands"; then
+  echo "check-test-targets: $(grep -cx '' <<<"$commands") test(s) of '$labels' in $build have no executable"
+  fail=1
+fi
+files=$(grep -oE "$build/[^ \"]+" <<<"$commands" | sort -u || true)
 for f in $files; do
   [ -e "$f" ] || { echo "check-test-targets: a test of '$labels' runs $f, which was not built"; fail=1; }
 done

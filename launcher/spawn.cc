@@ -273,6 +273,10 @@ Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd) {
     c.cancelled = cancel_fd >= 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) && (out_open || err_open);
   }
   if (c.timed_out || c.cancelled) kill(-w.pid, SIGKILL);
+  // Cancelled: not waited for. A helper at a low priority (SpawnRequest::nice) on a busy host
+  // takes its time to die, and the caller is ending; the zombie goes with our own exit (or
+  // to a subreaper's loop).
+  if (c.cancelled) return c;
   int status = 0;
   // (A subreaper's event loop may have reaped it first: ECHILD, the status unknown.)
   while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {

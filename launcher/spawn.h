@@ -49,7 +49,7 @@ struct Captured {
 };
 Result<Captured> run_captured(const SpawnRequest& req, double timeout_s);
 // The same for a helper already spawned (spawn_worker), read here until its end, the
-// time-out or `cancel_fd` (-1: none) becoming readable.
+// time-out or `cancel_fd` (-1: none) becoming readable (then killed and left unreaped).
 Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd = -1);
 
 // A wait status as a shell reports it: the exit code, or 128 + the signal.

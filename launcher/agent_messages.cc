@@ -81,6 +81,7 @@ std::string encode_job(const AgentJob& job) {
   j["heartbeat_timeout"] = job.heartbeat_timeout;
   j["stdin"] = job.stdin_to_rank0;
   j["python_facts"] = job.python_facts;
+  if (job.python_facts_after_start) j["python_facts_after_start"] = true;
   j["bind_to"] = job.bind_to;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
@@ -97,6 +98,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.heartbeat_timeout = j.at("heartbeat_timeout").get<double>();
     job.stdin_to_rank0 = j.at("stdin").get<bool>();
     job.python_facts = j.value("python_facts", false);
+    job.python_facts_after_start = j.value("python_facts_after_start", false);
     job.bind_to = j.value("bind_to", std::string("none"));  // an older hvdrun's job: no binding
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),

@@ -21,6 +21,9 @@ struct AgentJob {
   double heartbeat_timeout = 30;  // HVDRUN_HEARTBEAT_TIMEOUT
   bool stdin_to_rank0 = false;    // rank 0 is here and hvdrun relays its stdin (kStdin)
   bool python_facts = false;      // the pre-flight check wants the Python's facts (kReady)
+  // ... once the workers run (kPythonFacts, when the probe answers; never before kStart,
+  // never holding kDone). An older agent ignores it: no facts from that host.
+  bool python_facts_after_start = false;
   std::string bind_to = "none";   // --bind-to, decided on the host from its topology (placement.h)
   struct Rank {
     int rank = 0;

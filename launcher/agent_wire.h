@@ -10,7 +10,8 @@
 //                    kSetupError (JSON: message, code, kind), kOutput (i32 rank | u8 stream |
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code,
 //                    lost_contact_s), kExited (JSON: rank), kSlurmSignal (JSON: signal),
-//                    kStdinTaken (JSON: bytes of kStdin written to rank 0, or closed)
+//                    kStdinTaken (JSON: bytes of kStdin written to rank 0, or closed),
+//                    kPythonFacts (JSON as kReady's, when the job asked for them then)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
 //                    with argv and env), kStart, kSignal (u8 signal), kStdin (bytes for
 //                    rank 0; empty: end of input)
@@ -55,6 +56,9 @@ enum class Type : uint8_t {
   // agent -> hvdrun: Slurm signalled the agent's step (JSON: signal): the job was cancelled
   // or reached its time limit. hvdrun says so, once for the job, whichever host heard it.
   kSlurmSignal = 15,
+  // agent -> hvdrun, only when its kJob asked (python_facts_after_start): the Python facts
+  // (as kReady's JSON), once the probe answered, after kStart and before kDone.
+  kPythonFacts = 16,
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds

@@ -5,10 +5,13 @@
 // PATH); hvdrun collects its own machine's the same way.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/result.h"
+#include "common/unique_fd.h"
 
 namespace hvdrun {
 
@@ -62,5 +65,28 @@ bool runs_python(const std::vector<std::string>& command);
 // torch's (read from torch/version.py, not imported: milliseconds, not seconds). Never
 // fails: a probe that cannot run or does not answer within `timeout_s` says so in .error.
 PythonFacts probe_python_facts(const std::string& python, const std::vector<std::string>& env, double timeout_s);
+
+// How long a probe may take, at most (the start time-out, when shorter, for kReady's).
+inline constexpr double kPythonProbeTimeout = 5;
+
+// probe_python_facts in the background, off the job's start: the probe is spawned before
+// the constructor returns (an agent's loop started next counts it among the children it
+// had before its workers, never one of theirs), and `done` gets its facts on a thread of
+// its own once it answers within `timeout_s` (or says why not). stop() ends a probe still
+// running (killed; `done` is not called) and waits for that thread, which then has nothing
+// left to wait for: the job's end is never held by a probe.
+class PythonProbe {
+ public:
+  PythonProbe(const std::string& python, const std::vector<std::string>& env, double timeout_s,
+              std::function<void(const PythonFacts&)> done);
+  ~PythonProbe() { stop(); }
+  PythonProbe(const PythonProbe&) = delete;
+  PythonProbe& operator=(const PythonProbe&) = delete;
+  void stop();
+
+ private:
+  UniqueFd cancel_rd_, cancel_wr_;
+  std::thread thread_;
+};
 
 }  // namespace hvdrun

@@ -189,7 +189,9 @@ struct JobRun {
   bool preflight = false;
   PreflightJob preflight_asks;
   std::vector<PreflightHost> preflight_hosts;
-  std::future<PythonFacts> local_python;
+  std::future<PythonFacts> local_python;  // --check's
+  std::optional<LatePythonCheck> late_python;  // a job's, once its workers run
+  std::optional<PythonProbe> local_probe;
 };
 
 int JobRun::run() {
@@ -332,7 +334,7 @@ JobRun::Stop JobRun::connect_remote_hosts() {
 
 // The pre-flight check (preflight.h) of a job with remote hosts, or of --check: every host's
 // facts from its hello compared; an error stops the job (--check: prints the table). For a
-// Python command, this machine's Python is probed meanwhile (check_the_python).
+// Python command, --check probes this machine's Python meanwhile (check_the_python).
 JobRun::Stop JobRun::check_the_hosts() {
   preflight = opts.check || (!opts.no_preflight && !remotes.empty());
   if (!preflight) return {};
@@ -345,9 +347,9 @@ JobRun::Stop JobRun::check_the_hosts() {
                 preflight_table(preflight_hosts, preflight_asks, findings));
   if (opts.check && !preflight_passes(findings)) print_preflight_table(preflight_hosts, preflight_asks, findings);
   if (auto stop = say_preflight_findings(findings, preflight_hosts.size())) return stop;
-  if (hosts.any_local && runs_python(opts.command)) {
+  if (opts.check && hosts.any_local && runs_python(opts.command)) {
     auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
-    local_python = std::async(std::launch::async, probe_python_facts, opts.command[0], env, std::min(5.0, opts.start_timeout));
+    local_python = std::async(std::launch::async, probe_python_facts, opts.command[0], env, std::min(kPythonProbeTimeout, opts.start_timeout));
   }
   return {};
 }
@@ -477,7 +479,8 @@ void JobRun::make_launches() {
     jobs[i].cwd = workdir;
     jobs[i].kill_grace = opts.kill_grace;
     jobs[i].heartbeat_timeout = heartbeat_timeout;
-    jobs[i].python_facts = preflight && runs_python(opts.command);
+    jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
+    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command);
     jobs[i].bind_to = opts.bind_to;
   }
   for (const auto& r : plan->ranks) {
@@ -512,10 +515,14 @@ JobRun::Stop JobRun::prepare_remote_hosts() {
   return {};
 }
 
-// The pre-flight check's Python facts, once every host has them (kReady): differences are
-// warnings. --check ends here: the table, and 0 when the hosts can run the job together.
+// The pre-flight check's Python facts: a job's come once its workers run (LatePythonCheck).
+// --check has them (kReady) and ends here: the table, and 0 when the hosts can run the job together.
 JobRun::Stop JobRun::check_the_python() {
-  if (!preflight) return {};
+  if (!preflight || (!opts.check && !runs_python(opts.command))) return {};
+  if (!opts.check) {
+    late_python.emplace(preflight_hosts, preflight_asks).listen_to(remotes);
+    return {};
+  }
   for (auto& h : preflight_hosts) {
     if (auto it = hosts.remote_index.find(h.host); it != hosts.remote_index.end()) {
       h.has_python = remotes[it->second]->ready().has_python;
@@ -526,11 +533,6 @@ JobRun::Stop JobRun::check_the_python() {
     }
   }
   auto findings = check_preflight(preflight_hosts, preflight_asks);
-  if (!opts.check) {
-    std::erase_if(findings, [](const PreflightFinding& f) { return f.column != "python"; });  // (said before)
-    say_preflight_findings(findings, preflight_hosts.size());
-    return {};
-  }
   print_preflight_table(preflight_hosts, preflight_asks, findings);
   remotes.clear();  // agents that saw no start exit at the EOF
   server->reset();
@@ -549,9 +551,14 @@ int JobRun::run_the_workers() {
   (*server)->begin_start_timer();
   for (auto& r : remotes) r->start(agent, *job_sink);
   if (stdin_host) agent.relay_stdin_to(stdin_host);
+  if (late_python && !launches.empty())  // this machine's Python, while its ranks start
+    local_probe.emplace(opts.command[0], launches[0].request.env, kPythonProbeTimeout,
+                        [this, host = launches[0].host](const PythonFacts& p) { late_python->arrived(host, p); });
   AgentResult res = agent.run(std::move(launches));
   workers_result = res;
+  if (local_probe) local_probe->stop();
   for (auto& r : remotes) r->join();
+  if (late_python) late_python->finish();
   remotes.clear();
   server->reset();
   return res.exit_code;

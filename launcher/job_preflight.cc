@@ -77,4 +77,37 @@ std::optional<int> say_preflight_findings(const std::vector<PreflightFinding>& f
   return exit_code_for(error_of(ErrorKind::kLaunchFailed, "pre-flight"));
 }
 
+LatePythonCheck::LatePythonCheck(std::vector<PreflightHost> hosts, PreflightJob asks, Say say)
+    : hosts_(std::move(hosts)), asks_(std::move(asks)), say_(std::move(say)) {
+  if (!say_) say_ = [](const std::string& line) { std::fprintf(stderr, "hvdrun: warning: pre-flight: %s\n", line.c_str()); };
+}
+
+void LatePythonCheck::arrived(const std::string& host, const PythonFacts& facts) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& h : hosts_)
+    if (h.host == host && !h.has_python) {
+      h.has_python = true;
+      h.python = facts;
+      if (++came_ == hosts_.size()) say_locked();
+    }
+}
+
+void LatePythonCheck::finish() {
+  std::lock_guard<std::mutex> lk(mu_);
+  say_locked();
+}
+
+void LatePythonCheck::listen_to(const std::vector<std::unique_ptr<RemoteHost>>& remotes) {
+  for (const auto& r : remotes)
+    r->on_python_facts([this](const std::string& host, const PythonFacts& p) { arrived(host, p); });
+}
+
+void LatePythonCheck::say_locked() {
+  if (said_ || came_ == 0) return;
+  said_ = true;
+  auto findings = check_preflight(hosts_, asks_);
+  std::erase_if(findings, [](const PreflightFinding& f) { return f.column != "python"; });  // (said before)
+  for (const auto& line : preflight_lines(findings, Finding::kWarning)) say_(line);
+}
+
 }  // namespace hvdrun

@@ -2,7 +2,10 @@
 // machine's here, the others' from their agents) and the findings said on stderr.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,5 +41,28 @@ void print_preflight_table(const std::vector<PreflightHost>& hosts, const Prefli
 // The warnings ("hvdrun: warning: pre-flight: HOST: ..."), then the errors, one line per
 // host, and what they mean. The exit code when an error stops the job.
 std::optional<int> say_preflight_findings(const std::vector<PreflightFinding>& findings, size_t hosts);
+
+// The Python facts of a job that runs (not --check): each host's come once its workers
+// run (its agent's probe; this machine's own probe), off the start path. They are checked
+// when the last one came, or at the job's end with those that came: their differences are
+// warnings (said once, after the start), never a reason to stop. Thread-safe.
+class LatePythonCheck {
+ public:
+  using Say = std::function<void(const std::string& line)>;  // one warning (default: stderr)
+  LatePythonCheck(std::vector<PreflightHost> hosts, PreflightJob asks, Say say = {});
+  void arrived(const std::string& host, const PythonFacts& facts);
+  void finish();
+  // Every remote host's facts (RemoteHost::on_python_facts) come here.
+  void listen_to(const std::vector<std::unique_ptr<RemoteHost>>& remotes);
+
+ private:
+  void say_locked();
+  std::mutex mu_;
+  std::vector<PreflightHost> hosts_;
+  PreflightJob asks_;
+  Say say_;
+  size_t came_ = 0;
+  bool said_ = false;
+};
 
 }  // namespace hvdrun

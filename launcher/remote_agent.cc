@@ -230,7 +230,7 @@ AgentReady ready_facts(const AgentJob& job, double start_timeout) {
   AgentReady r;
   if (!job.python_facts || !runs_python(job.ranks[0].argv)) return r;
   r.has_python = true;
-  r.python = probe_python_facts(job.ranks[0].argv[0], job.ranks[0].env, std::min(5.0, start_timeout));
+  r.python = probe_python_facts(job.ranks[0].argv[0], job.ranks[0].env, std::min(kPythonProbeTimeout, start_timeout));
   return r;
 }
 
@@ -429,7 +429,14 @@ int run_ranks(const AgentJob& job, PreparedHost& host, LauncherLink& link, agent
                                 job.heartbeat_timeout, job.kill_grace);
   threads.heartbeat = std::thread(heartbeat_loop, std::ref(link), std::ref(threads));
 
+  // The Python facts are found while the ranks start and run, and never hold the end.
+  std::optional<PythonProbe> probe;
+  if (job.python_facts_after_start && runs_python(job.ranks[0].argv))
+    probe.emplace(job.ranks[0].argv[0], job.ranks[0].env, kPythonProbeTimeout, [&link](const PythonFacts& p) {
+      link.send(Type::kPythonFacts, encode_ready({true, p}));
+    });
   AgentResult res = agent.run(launches_of(job, host, stream.sock.valid()));
+  if (probe) probe->stop();  // (before kDone: facts that came are sent first)
   host.watchdog.disarm();
   // lost_contact_s > 0: hvdrun was silent (stopped, say) and the ranks were ended for it.
   link.send(Type::kDone, encode_done({res.exit_code, g_lost_contact_s.load()}));

@@ -255,6 +255,9 @@ bool RemoteHost::take_frame(const agentwire::Frame& f, LocalAgent& agent, Output
     if (s && s->signal == SIGTERM) agent.slurm_signal(s->signal);  // what an agent reports (handle_signal)
   } else if (f.type == Type::kExited) {
     if (auto e = decode_exited(f.payload)) agent.remote_exited_0(e->rank);
+  } else if (f.type == Type::kPythonFacts) {
+    auto r = decode_ready(f.payload);  // (malformed facts: none; the check cannot tell)
+    if (r && r->has_python && on_python_facts_) on_python_facts_(host_, r->python);
   } else if (f.type == Type::kDone) {
     auto d = decode_done(f.payload);
     AgentDone done = d ? *d : AgentDone{};

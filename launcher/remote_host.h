@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,12 @@ class RemoteHost : public RemoteControl, public StdinSink {
 
   // Sends the job; the agent checks the working directory and the program.
   Status prepare(const AgentJob& job);
+
+  // The Python facts its agent sends once the workers run (AgentJob::python_facts_after_start),
+  // to `fn` on the relay thread. Set before start().
+  void on_python_facts(std::function<void(const std::string& host, const PythonFacts&)> fn) {
+    on_python_facts_ = std::move(fn);
+  }
 
   // Starts the workers and relays until the agent is done (on a thread of its own).
   void start(LocalAgent& agent, OutputSink& sink);
@@ -104,6 +111,7 @@ class RemoteHost : public RemoteControl, public StdinSink {
   double clock_offset_ = 0;
   double created_ = 0;  // our wall clock when this host was made, before its agent started
   AgentReady ready_;
+  std::function<void(const std::string&, const PythonFacts&)> on_python_facts_;
   std::thread thread_;
   std::mutex mu_;
   std::vector<int> signals_;  // to send, under mu_

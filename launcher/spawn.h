@@ -29,6 +29,7 @@ struct SpawnRequest {
   // holds the pipe until exec, so the watchdog cannot see hvdrun's end before it.
   int register_fd = -1;
   std::vector<int> cpus;  // the CPUs it is bound to before its exec (placement.h); empty: not bound
+  int nice = 0;           // raised to this before its exec (a helper that must not slow the ranks)
 };
 
 struct SpawnedWorker {
@@ -44,8 +45,12 @@ struct Captured {
   std::string out, err;
   int status = 0;
   bool timed_out = false;
+  bool cancelled = false;  // `cancel_fd` became readable first (then its group is killed too)
 };
 Result<Captured> run_captured(const SpawnRequest& req, double timeout_s);
+// The same for a helper already spawned (spawn_worker), read here until its end, the
+// time-out or `cancel_fd` (-1: none) becoming readable (then killed and left unreaped).
+Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd = -1);
 
 // A wait status as a shell reports it: the exit code, or 128 + the signal.
 int exit_code_of(int wait_status);

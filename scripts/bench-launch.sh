@@ -2,11 +2,34 @@
 # Launch time of `hvdrun -np N true` against a bare fork/exec/wait of N processes and Open
 # MPI's `mpirun --oversubscribe -np N true`, interleaved in one run; prints medians and ratios.
 # Usage: scripts/bench-launch.sh [REPS]   (builds first; needs openmpi-bin for the mpirun column)
+#        BASE=OTHER_HVDRUN scripts/bench-launch.sh [PAIRS] [N]: this build's `hvdrun -np N true`
+#        (32) against OTHER_HVDRUN's, in alternating pairs (load on a shared host falls on
+#        both alike); the medians, and the median of the pairs' wall and CPU ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-21}
 scripts/build.sh >/dev/null
 HVD=build/cli/hvdrun
+if [ -n "${BASE:-}" ]; then
+  exec python3 - "$HVD" "$BASE" "$REPS" "${2:-32}" <<'PY'
+import os, statistics, sys, time
+a, b, pairs, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+def run(exe):
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(exe, [exe, "-np", n, "true"], os.environ)
+    _, st, ru = os.wait4(pid, 0)  # CPU: hvdrun and everything it waited for
+    assert st == 0, (exe, st)
+    return time.perf_counter() - t0, ru.ru_utime + ru.ru_stime
+r = {a: [], b: []}
+for i in range(pairs):
+    for exe in ((a, b) if i % 2 == 0 else (b, a)):
+        r[exe].append(run(exe))
+med = lambda v: statistics.median(v)
+print(f"{pairs} pairs, -np {n} true: wall {med([w for w, _ in r[a]])*1e3:.1f} ms against "
+      f"{med([w for w, _ in r[b]])*1e3:.1f} ms; median pair ratio wall "
+      f"{med([x[0] / y[0] for x, y in zip(r[a], r[b])]):.3f}, CPU {med([x[1] / y[1] for x, y in zip(r[a], r[b])]):.3f}")
+PY
+fi
 BASE=build/bench/hvdrun_spawn_baseline
 MPIRUN=$(command -v mpirun || true)
 MPI_FLAGS=(--oversubscribe --allow-run-as-root -np)

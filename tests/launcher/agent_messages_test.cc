@@ -94,6 +94,11 @@ TEST(AgentMessages, HelloCarriesTheHostsFactsAndReadyThePythons) {
   job.ranks = {{0, {"python3"}, {}}};
   job.python_facts = true;
   EXPECT_TRUE(decode_job(encode_job(job))->python_facts);
+  // After the start (kPythonFacts): on the wire only when asked, so an older agent's job is as it was.
+  EXPECT_EQ(encode_job(job).find("after_start"), std::string::npos);
+  EXPECT_FALSE(decode_job(encode_job(job))->python_facts_after_start);
+  job.python_facts_after_start = true;
+  EXPECT_TRUE(decode_job(encode_job(job))->python_facts_after_start);
 }
 
 TEST(AgentMessages, ReportsKeepTheirBytesOnTheWire) {

@@ -5,10 +5,14 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -130,6 +134,59 @@ TEST(HostFacts, PythonProbeFailuresSayWhy) {
   auto missing = probe_python_facts("python-nowhere", env, 30);
   EXPECT_NE(missing.error.find("python-nowhere"), std::string::npos) << missing.error;
   EXPECT_EQ(missing.python, "");
+}
+
+// Waits (at most 30 s) for `path` to exist.
+bool appears(const std::string& path) {
+  for (int i = 0; i < 3000; ++i) {
+    if (fs::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// The background probe: the constructor returns with the probe still running (it answers
+// only once the test says so), and its facts come later, on the probe's thread.
+TEST(PythonProbe, AnswersInTheBackgroundAfterTheConstructorReturned) {
+  Tree t;
+  t.put("/bin/python3", "#!/bin/sh\nfor i in $(seq 3000); do [ -e " + t.root + "/go ] && break; sleep 0.01; done\n"
+                        "echo 3.9.9; echo 1.0; echo\n", 0755);
+  std::promise<PythonFacts> got;
+  int calls = 0;
+  PythonProbe probe("python3", {"PATH=" + t.root + "/bin:/usr/bin:/bin"}, 60, [&](const PythonFacts& p) {
+    ++calls;
+    got.set_value(p);
+  });
+  auto facts = got.get_future();
+  EXPECT_EQ(facts.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "answered before it was let";
+  t.put("/go", "");
+  ASSERT_EQ(facts.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(facts.get(), (PythonFacts{"3.9.9", "1.0", "", ""}));
+  probe.stop();
+  EXPECT_EQ(calls, 1);
+}
+
+// A probe that never answers: stop() ends it (killed, no facts), long before its time-out.
+TEST(PythonProbe, StopEndsAHungProbeWithoutFacts) {
+  Tree t;
+  t.put("/bin/python3", "#!/bin/sh\necho $$ > " + t.root + "/pid.tmp; mv " + t.root + "/pid.tmp " + t.root +
+                            "/pid\nexec sleep 600\n", 0755);
+  int calls = 0;
+  PythonProbe probe("python3", {"PATH=" + t.root + "/bin:/usr/bin:/bin"}, 600, [&](const PythonFacts&) { ++calls; });
+  ASSERT_TRUE(appears(t.root + "/pid"));
+  pid_t pid = 0;
+  std::ifstream(t.root + "/pid") >> pid;
+  ASSERT_GT(pid, 0);
+  auto stopped = std::async(std::launch::async, [&probe] { probe.stop(); });
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "stop() waited for the probe";
+  EXPECT_EQ(calls, 0);
+  // Killed, and left to its parent (here, the test) to reap.
+  int st = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 3000 && (r = waitpid(pid, &st, WNOHANG)) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(r, pid) << "the probe still runs";
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 }
 
 }  // namespace

@@ -45,5 +45,43 @@ TEST(JobPreflight, ThisMachinesRowHasItsSlotsAndFacts) {
   EXPECT_TRUE(preflight_passes(check_preflight(hosts, preflight_job({}, {}, ""))));
 }
 
+PreflightHost python_host(const std::string& name) {
+  PreflightHost h;
+  h.host = name;
+  h.slots = 1;
+  h.facts.version = HVDRUN_VERSION_STRING;
+  h.facts.protocol = agentwire::kProtocol;
+  return h;
+}
+
+// The facts a running job's hosts send: checked once all came, said once; at the end with
+// those that came.
+TEST(JobPreflight, LatePythonFactsAreWarnedAboutOnceWhenTheLastCame) {
+  std::vector<std::string> said;
+  auto job = preflight_job({}, {}, "");
+  LatePythonCheck check({python_host("a"), python_host("b"), python_host("c")}, job,
+                        [&said](const std::string& line) { said.push_back(line); });
+  check.arrived("a", {"3.11.2", "2.1.0", "12.1", ""});
+  check.arrived("b", {"3.10.1", "2.1.0", "12.1", ""});
+  EXPECT_TRUE(said.empty()) << "said before every host's facts came";
+  check.arrived("c", {"3.11.2", "2.1.0", "12.1", ""});
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("b"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("3.10.1"), std::string::npos) << said[0];
+  check.arrived("c", {"3.9.0", "", "", ""});  // (a host's facts count once)
+  check.finish();
+  EXPECT_EQ(said.size(), 1u);
+
+  std::vector<std::string> partial;
+  LatePythonCheck ended({python_host("a"), python_host("b"), python_host("c")}, job,
+                        [&partial](const std::string& line) { partial.push_back(line); });
+  ended.arrived("a", {"3.11.2", "2.1.0", "12.1", ""});
+  ended.arrived("c", {"3.11.2", "", "", ""});
+  EXPECT_TRUE(partial.empty());
+  ended.finish();  // b's probe ended with the job
+  ASSERT_EQ(partial.size(), 1u);
+  EXPECT_NE(partial[0].find("no torch"), std::string::npos) << partial[0];
+}
+
 }  // namespace
 }  // namespace hvdrun

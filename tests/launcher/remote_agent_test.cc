@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
 #include <optional>
 #include <string>
 #include <thread>
@@ -214,6 +216,98 @@ TEST(RemoteAgent, SaysHowMuchOfItsStdinRankZeroTook) {
     waitpid(child, &st, 0);
   }
   EXPECT_EQ(r, child) << "the agent did not exit within 5 s of its kDone";
+}
+
+// An agent runs a job asking for its Python's facts once the workers run
+// (python_facts_after_start); rank 0 is `python3 worker`, both it and the probe a script the
+// test writes, in `dir`. The frames from kStart on, kDone last (when it came).
+std::vector<agentwire::Frame> frames_of_python_job(const std::string& dir, const std::string& script) {
+  std::string exe = dir + "/python3";
+  if (FILE* f = std::fopen(exe.c_str(), "w")) {
+    std::fputs(script.c_str(), f);
+    std::fclose(f);
+  }
+  chmod(exe.c_str(), 0755);
+  int to_agent[2], from_agent[2];
+  if (pipe2(to_agent, O_CLOEXEC) != 0 || pipe2(from_agent, O_CLOEXEC) != 0) return {};
+  pid_t child = fork();
+  if (child == 0) {
+    block_handled_signals();
+    dup2(to_agent[0], 0);
+    dup2(from_agent[1], 1);
+    _exit(run_agent_mode({"--start-timeout=20"}));
+  }
+  close(to_agent[0]);
+  close(from_agent[1]);
+  int out = from_agent[0], in = to_agent[1];
+  agentwire::FrameReader reader;
+  std::vector<agentwire::Frame> frames;
+  auto hello = next_frame(out, reader, 20);
+  AgentJob job;
+  job.host = "b";
+  job.cwd = "/";
+  job.python_facts_after_start = true;
+  const char* path = std::getenv("PATH");
+  job.ranks.push_back({0, {"python3", "worker"}, {"PATH=" + dir + ":" + (path ? path : "/usr/bin:/bin")}});
+  if (hello && write_all(in, agentwire::encode(Type::kJob, encode_job(job)))) {
+    auto ready = next_frame(out, reader, 20);
+    EXPECT_TRUE(ready && ready->type == Type::kReady && ready->payload.empty()) << "facts before the start";
+    if (ready && write_all(in, agentwire::encode(Type::kStart, "")))
+      while (auto f = next_frame(out, reader, 30)) {
+        frames.push_back(*f);
+        if (f->type == Type::kDone) break;
+      }
+  }
+  close(in);
+  close(out);
+  int st = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 500 && (r = waitpid(child, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (r == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+  }
+  return frames;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/remote_agent_test.XXXXXX";
+  return mkdtemp(tmpl) ? tmpl : "/tmp";
+}
+
+// The probe answers only once rank 0 ran (had the agent waited for the probe before the
+// start, it would have answered with its time-out's error): the facts come after the
+// start, before kDone (rank 0 waits for the probe to have closed its output).
+TEST(RemoteAgent, SendsThePythonFactsOnceTheWorkersRun) {
+  std::string d = temp_dir();
+  auto frames = frames_of_python_job(
+      d, "#!/bin/sh\nwait_for() { for i in $(seq 2000); do [ -e \"$1\" ] && return 0; sleep 0.01; done; return 1; }\n"
+         "if [ \"$1\" = -c ]; then wait_for " + d + "/ran; echo 3.9.9; echo 1.0; echo; exec >&- 2>&-; touch " + d +
+         "/probed; exit 0; fi\ntouch " + d + "/ran; wait_for " + d + "/probed\n");
+  std::filesystem::remove_all(d);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().type, Type::kDone);
+  int facts = 0;
+  for (const auto& f : frames)
+    if (f.type == Type::kPythonFacts) {
+      ++facts;
+      auto r = decode_ready(f.payload);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->python, (PythonFacts{"3.9.9", "1.0", "", ""}));
+    }
+  EXPECT_EQ(facts, 1);
+}
+
+// A probe that never answers holds neither the start nor the end: no facts (not even its
+// time-out's error, 5 s later), and kDone as soon as rank 0 ended.
+TEST(RemoteAgent, AHungPythonProbeHoldsNeitherTheStartNorTheEnd) {
+  std::string d = temp_dir();
+  auto frames = frames_of_python_job(d, "#!/bin/sh\nif [ \"$1\" = -c ]; then exec sleep 600; fi\nexit 0\n");
+  std::filesystem::remove_all(d);
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().type, Type::kDone);
+  EXPECT_EQ(frames.back().payload, "{\"code\":0}");
+  for (const auto& f : frames) EXPECT_NE(f.type, Type::kPythonFacts) << f.payload;
 }
 
 }  // namespace

@@ -77,27 +77,30 @@ int ElasticDriver::run(const std::vector<RankInfo>& first) {
   for (const auto& k : first) r.slots.push_back({k.host, k.local_rank});
   begin_round(r, RoundChange{});
   if (io_.discover) next_discovery_ = io_.runner.now() + opts_.discovery_interval;
-  while (true) {
-    reap();
-    take_left();
-    if (!ending_) {
-      if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
-      act(judge_round(round_state()));
-    }
-    if (ending_ && all_gone()) break;
-    if (kill_at_ && io_.runner.now() >= *kill_at_) {
-      for (auto& p : procs_)
-        if (!p->exited) io_.runner.signal_group(p->pid, SIGKILL);
-      kill_at_.reset();
-    }
-    wait_once(sigfd.get());
-  }
+  while (step()) wait_once(sigfd.get());
   for (auto& p : procs_)
     for (int s = 0; s < 2; ++s)
       if (p->pipes[s].valid())
         io_.sink.write_lines(p->tag, s == 0 ? StreamKind::kStdout : StreamKind::kStderr, p->split[s].flush());
   io_.sink.drain();
   return exit_code_;
+}
+
+// What came since the last step, and the verdicts now due. False when the job is over.
+bool ElasticDriver::step() {
+  reap();
+  take_left();
+  if (!ending_) {
+    if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
+    act(judge_round(round_state()));
+  }
+  if (ending_ && all_gone()) return false;
+  if (kill_at_ && io_.runner.now() >= *kill_at_) {
+    for (auto& p : procs_)
+      if (!p->exited) io_.runner.signal_group(p->pid, SIGKILL);
+    kill_at_.reset();
+  }
+  return true;
 }
 
 // Round `next` begins: the server's table, its keys and the update that announces it, the

@@ -64,6 +64,7 @@ class ElasticDriver {
   struct Left {
     int round, rank;
   };
+  bool step();
   void begin_round(const ElasticRound& next, const RoundChange& change);
   void spawn(const ElasticSlot& slot, const RankInfo& rank);
   void reap();

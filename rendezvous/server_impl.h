@@ -165,6 +165,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool register_in_round(const RegisterRequest& q, bool& keep_reading);
   // Whether this connection's rank is one of the current round's (its reports count).
   bool current() const { return rank_ >= 0 && elastic_round_ == srv_.elastic_round; }
+  int reported_rank() const { return current() ? rank_ : -1; }  // -1: a worker of no current rank
   bool on_get_peer(const Frame& f);
   bool on_set(const Frame& f);
   bool on_get(const Frame& f);

@@ -274,7 +274,7 @@ bool Session::on_set(const Frame& f) {
   auto kv = decode_key_value(f.payload);
   if (!kv) return fail(kv.error().message), false;
   if (kv->first.rfind(kStallKeyPrefix, 0) == 0 && s.cbs.on_stall)
-    s.cbs.on_stall(current() ? rank_ : -1, kv->first, kv->second);
+    s.cbs.on_stall(reported_rank(), kv->first, kv->second);
   if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) finalized_ = true;
   if (current() && kv->first == kSilentKeyPrefix + std::to_string(rank_) && s.cbs.on_silent) {
     // A value that names no rank is stored but not acted on.
@@ -360,7 +360,7 @@ bool Session::on_fatal(const Frame& f) {
   if (m->size() > kMaxFatalMessage)
     *m = m->substr(0, kMaxFatalMessage) + "... (" + std::to_string(m->size() - kMaxFatalMessage) +
          " bytes more)";
-  if (s.cbs.on_fatal) s.cbs.on_fatal(current() ? rank_ : -1, *m);
+  if (s.cbs.on_fatal) s.cbs.on_fatal(reported_rank(), *m);
   send(MsgType::kOk, "");
   return true;
 }

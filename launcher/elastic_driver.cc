@@ -297,7 +297,7 @@ void ElasticDriver::try_round() {
 void ElasticDriver::fail(const std::string& message, int code) {
   if (ending_) return;
   exit_code_ = code;
-  io_.sink.notice(message);
+  if (!message.empty()) io_.sink.notice(message);
   end_all();
 }
 

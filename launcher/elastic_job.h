@@ -24,6 +24,7 @@ class ElasticJob {
   rdv::ServerCallbacks callbacks();
   // The server, once started (before run()).
   void attach(rdv::Server& server);
+  ElasticDriver& driver() { return *driver_; }
   // The job, with the plan's ranks as round 1: its exit code.
   int run(const JobPlan& plan);
 

@@ -376,10 +376,13 @@ JobRun::Stop JobRun::open_the_output() {
   // An --output-filename file cannot be written (a full disk): the job ends, exit 7.
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
-  if (opts.elastic.enabled)
-    elastic = std::make_unique<ElasticJob>(opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) {
-      return elastic_launch(r, n, s);
-    });
+  if (!opts.elastic.enabled) return {};
+  elastic = std::make_unique<ElasticJob>(opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) {
+    return elastic_launch(r, n, s);
+  });
+  ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
+  (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
+  (*sink)->on_file_failure([&e](std::string message) { e.request_end(std::move(message), exit_code::kOutputFailed); });
   return {};
 }
 

@@ -35,6 +35,8 @@ int hvd_code_of(hvdrun::ErrorKind kind) {
     case K::kUnsupported: return HVD_ERR_UNSUPPORTED;
     case K::kCuda: return HVD_ERR_CUDA;
     case K::kNccl: return HVD_ERR_NCCL;
+    case K::kReset: return HVD_ERR_RESET;
+    case K::kRemoved: return HVD_ERR_REMOVED;
     case K::kInternal:
     case K::kBadHostFile:
     case K::kResourceLimit:
@@ -68,7 +70,7 @@ int guarded(Fn&& fn) {
     hvdrun::Status s = fn();
     if (s) return HVD_SUCCESS;
     g_last_error = s.error().message;
-    return hvd_code_of(s.error().kind);
+    return hvd_code_of(hvdrun::Runtime::instance().kind_seen(s.error().kind));
   } catch (const std::exception& e) {
     g_last_error = std::string("internal error: ") + e.what();
     return HVD_ERR_INTERNAL;
@@ -178,12 +180,13 @@ int hvd_initialized(void) { return rt().initialized() ? 1 : 0; }
 
 int hvd_elastic(void) { return hvdrun::tunable_string("HVDRUN_ELASTIC") == "1" ? 1 : 0; }
 
-// No elastic job runs yet (hvdrun refuses to start one): no membership change is ever told.
+// The runtime's watcher's numbers (0 and 0 outside an elastic job).
 int hvd_elastic_updates(long long* seq, int* kinds) {
   return guarded([&]() -> hvdrun::Status {
     if (!seq || !kinds) return make_error(ErrorKind::kInvalidArgument, "hvd_elastic_updates: seq or kinds is null");
-    *seq = 0;
-    *kinds = 0;
+    hvdrun::ElasticUpdates u = rt().elastic_updates();
+    *seq = u.seq;
+    *kinds = u.kinds;
     return {};
   });
 }

@@ -29,4 +29,11 @@ void Ring::close(const std::string& reason) {
   if (group_) group_->close(reason);
 }
 
+void Ring::interrupt() {
+  RingComm::interrupt();
+  if (local_) local_->interrupt();
+  if (cross_) cross_->interrupt();
+  if (group_) group_->close("the elastic round is over");
+}
+
 }  // namespace hvdrun

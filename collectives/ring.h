@@ -68,6 +68,7 @@ class Ring : public RingComm {
   Status alltoallv(const void* send, void* recv, const std::vector<size_t>& bytes);
   // Closes the pairs, the hierarchy's rings and the shared segment.
   void close(const std::string& reason) override;
+  void interrupt() override;  // the hierarchy's rings too, and the shared segment is closed
 
  private:
   Status small_allreduce(const Header& h, char* buf, size_t count, hvd_dtype_t dtype, hvd_op_t op);

@@ -6,6 +6,7 @@
 #include "collectives/ring_comm.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstring>
@@ -23,6 +24,13 @@ void RingComm::close(const std::string& reason) {
   std::lock_guard<std::mutex> g(watch_mu_);
   right_.close(reason);
   left_.close(reason);
+}
+
+void RingComm::interrupt() {
+  // (watch_left holds watch_mu_ while it waits: the engine's end_round woke it first.)
+  std::lock_guard<std::mutex> g(watch_mu_);
+  if (right_.valid()) ::shutdown(right_.fd(), SHUT_RDWR);
+  if (left_.valid()) ::shutdown(left_.fd(), SHUT_RDWR);
 }
 
 Status RingComm::fail(Error e) {

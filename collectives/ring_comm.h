@@ -62,6 +62,11 @@ class RingComm {
   // neighbours see this rank gone, with `reason` over shared memory. A failed collective
   // does it; so may another thread.
   virtual void close(const std::string& reason);
+  // Shuts the pairs' sockets down, from any thread: the transfer in flight and every later
+  // one fail at once (beside a shared-memory ring, within its 20 ms look at the socket).
+  // The thread using the ring then closes it as after any failure. Another thread in
+  // watch_left() must have been woken first (the engine's end_round does it).
+  virtual void interrupt();
   // The pairs' sockets (-1 in a job of one), for tests that cut them.
   int left_fd() const { return left_.fd(); }
   int right_fd() const { return right_.fd(); }

@@ -86,6 +86,16 @@ Status Runtime::init() {
   if (auto s = check_tunables(TunableUse::kWorker); !s) return with_kind(s.error(), ErrorKind::kInvalidArgument);
   auto addr = tunable_if_set("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) return init_alone();
+  round_ended_ = false;
+  if (tunable_string("HVDRUN_ELASTIC") == "1") {
+    if (auto s = register_elastic(*addr); !s) return s;
+    if (auto s = bring_up(); !s) {
+      watch_client_.reset();
+      return s;
+    }
+    start_watcher();
+    return {};
+  }
   auto view = rank_view_from_env([](const char* n) { return tunable_if_set(n); });
   if (!view) return view.error();
   if (auto s = register_rank(*addr, *view); !s) return s;
@@ -121,39 +131,55 @@ Result<transport::Listener> Runtime::listen_data_plane(const rdv::Client& client
   return listener;
 }
 
+// Connects and authenticates to hvdrun's rendezvous; *secret: the job's. `who` names this
+// worker in errors ("rank 3").
+Result<rdv::Client> Runtime::connect_rendezvous(const std::string& addr, const std::string& who,
+                                                std::string* secret) {
+  auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
+  if (!port) return with_kind(port.error(), ErrorKind::kRendezvous);
+  auto s = rdv::secret_from_hex(tunable_string("HVDRUN_SECRET"));
+  if (!s) return with_kind(s.error(), ErrorKind::kAuth);
+  *secret = *s;
+  double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
+  auto client = rdv::Client::connect(addr, static_cast<int>(*port), *s, deadline_in(start_timeout));
+  if (!client) {
+    const ErrorKind kind = client.error().kind == ErrorKind::kAuth ? ErrorKind::kAuth : ErrorKind::kRendezvous;
+    return with_kind(wrap(client.error(), who), kind);
+  }
+  return client;
+}
+
 // Connects to hvdrun's rendezvous, registers this rank's data-plane address and takes its
 // ring neighbours: the state a job's rank keeps until hvd_shutdown.
 Status Runtime::register_rank(const std::string& addr, const RankView& view) {
-  auto port = parse_int(tunable_string("HVDRUN_RENDEZVOUS_PORT"), "HVDRUN_RENDEZVOUS_PORT", 1, 65535);
-  if (!port) return with_kind(port.error(), ErrorKind::kRendezvous);
-  auto secret = rdv::secret_from_hex(tunable_string("HVDRUN_SECRET"));
-  if (!secret) return with_kind(secret.error(), ErrorKind::kAuth);
-  double start_timeout = tunable_double("HVDRUN_START_TIMEOUT");
-  auto client = rdv::Client::connect(addr, static_cast<int>(*port), *secret, deadline_in(start_timeout));
-  if (!client) {
-    const ErrorKind kind = client.error().kind == ErrorKind::kAuth ? ErrorKind::kAuth : ErrorKind::kRendezvous;
-    return as_rank(kind, view.rank, client.error());
-  }
+  std::string secret;
+  auto client = connect_rendezvous(addr, "rank " + std::to_string(view.rank), &secret);
+  if (!client) return client.error();
   auto listener = listen_data_plane(*client, view.rank);
   if (!listener) return listener.error();
   // hvdrun owns the start time-out and names the missing ranks when it passes (its clock
   // may restart at the first registration): wait longer than it, so that its message wins.
   rdv::RegisterRequest req{view.rank, view.size, view.host, listener->addr, listener->port};
-  auto reg = client->register_rank(req, deadline_in(2 * start_timeout + 10));
+  auto reg = client->register_rank(req, deadline_in(2 * tunable_double("HVDRUN_START_TIMEOUT") + 10));
   if (!reg) {
     const ErrorKind kind = reg.error().kind == ErrorKind::kTimeout ? ErrorKind::kTimeout : ErrorKind::kRendezvous;
     return as_rank(kind, view.rank, reg.error());
   }
+  adopt(view, std::move(secret), std::move(*client), std::move(*listener), *reg);
+  return {};
+}
+
+void Runtime::adopt(const RankView& view, std::string secret, rdv::Client client, transport::Listener listener,
+                    const rdv::Registered& reg) {
   {
     std::lock_guard<std::mutex> lk(view_mu_);
     view_ = view;
   }
-  secret_ = *secret;
-  client_.emplace(std::move(*client));
+  secret_ = std::move(secret);
+  client_.emplace(std::move(client));
   peer_hosts_.clear();  // another job's, after hvd_shutdown
-  listener_ = std::move(*listener);
-  ring_ = *reg;
-  return {};
+  listener_ = std::move(listener);
+  ring_ = reg;
 }
 
 // Once registered: the ring, the device (with HVDRUN_NCCL_EAGER), the engine.
@@ -262,6 +288,7 @@ transport::PairOptions Runtime::pair_options(double timeout_s) const {
 // the peer whose connection closed.
 void Runtime::report_ring_failures() {
   ring_comm_->on_fatal = [this](const Error& e) {
+    if (round_ended_) return;  // (elastic: the watcher broke the ring; nothing to blame)
     // A time-out names the neighbour it waited on, which may itself be waiting: hvdrun
     // weighs every rank's report to name the one that stalled the ring.
     if (e.peer_rank >= 0) {
@@ -271,6 +298,7 @@ void Runtime::report_ring_failures() {
     report_fatal(e.message);
   };
   ring_comm_->on_peer_lost = [this](int peer) {
+    if (round_ended_) return;
     std::lock_guard<std::mutex> lk(client_mu_);
     if (client_) (void)client_->set(rdv::kLostKeyPrefix + std::to_string(view_.rank), std::to_string(peer), 5);
   };
@@ -379,6 +407,7 @@ Result<std::shared_ptr<Engine>> Runtime::engine(const char* what) {
 
 Status Runtime::shutdown() {
   if (!initialized_) return {};
+  watcher_.reset();  // (its numbers stay, for the next hvd_init)
   stop_sets();
   std::shared_ptr<Engine> e = engine_;
   if (e) e->stop("hvd_shutdown was called with this operation pending");

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "common/result.h"
+#include "collectives/elastic.h"
 #include "collectives/engine/engine.h"
 #include "collectives/gpu.h"
 #include "collectives/process_sets.h"
@@ -117,6 +118,11 @@ class Runtime {
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root);
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
 
+  // Elastic (runtime_elastic.cc): what hvd_elastic_updates answers; the kind a caller sees
+  // (in an elastic job a peer's closed connection is the round's end: kReset).
+  ElasticUpdates elastic_updates() const;
+  ErrorKind kind_seen(ErrorKind kind) const;
+
   // Reports a fatal error to hvdrun, which tears the job down with it (best effort).
   void report_fatal(const std::string& message);
   // A rank's host as it registered with the rendezvous ("" when unknown): the engine's
@@ -160,7 +166,21 @@ class Runtime {
   // By kind (never erased): each kind's name and turns, guarded by blocking_mu_.
   std::map<std::string, BlockingTurns, std::less<>> blocking_turns_;
   Status init_alone();
+  Result<rdv::Client> connect_rendezvous(const std::string& addr, const std::string& who, std::string* secret);
   Status register_rank(const std::string& addr, const RankView& view);
+  // The registered rank's state, kept until hvd_shutdown.
+  void adopt(const RankView& view, std::string secret, rdv::Client client, transport::Listener listener,
+             const rdv::Registered& reg);
+  // Elastic (runtime_elastic.cc): this slot's numbers in the newest round, registered for
+  // it; then the watcher, once the ring is up; the watcher's end of the round.
+  Status register_elastic(const std::string& addr);
+  void start_watcher();
+  void end_round(long long seq);
+  std::atomic<bool> round_ended_{false};  // the watcher ended this process's round
+  long long elastic_round_ = 0;           // the round this process registered in (0: not elastic)
+  ElasticCounters elastic_counters_;
+  std::optional<rdv::Client> watch_client_;  // the watcher's connection, until it starts
+  std::unique_ptr<ElasticWatcher> watcher_;
   Result<transport::Listener> listen_data_plane(const rdv::Client& client, int rank);
   Status bring_up();
   RingOptions ring_options() const;

@@ -48,10 +48,13 @@ enum class ErrorKind {
   kSystem,           // an operating-system call failed (sys_errno says which)
   kMalformed,        // bytes from a peer or a file that are not what they must be
   kMissingKey,       // a key-value store has no such key
+  // Elastic jobs (docs/ELASTIC.md).
+  kReset,            // the round this worker's collectives belong to is over (a peer lost, hosts changed)
+  kRemoved,          // this worker's slot is not in the job's newest round
 };
 // The first and last kinds (the tables' tests walk every kind).
 constexpr ErrorKind kFirstErrorKind = ErrorKind::kUsage;
-constexpr ErrorKind kLastErrorKind = ErrorKind::kMissingKey;
+constexpr ErrorKind kLastErrorKind = ErrorKind::kRemoved;
 
 struct Error {
   std::string message;

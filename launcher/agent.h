@@ -69,6 +69,8 @@ struct AgentResult {
 // Blocks the signals the agent handles (call first thing in main, before any thread).
 void block_handled_signals();
 std::string signal_name(int sig);  // "SIGKILL"
+// A wait status in words: "was killed by signal 9 (SIGKILL)" or "exited with code 3".
+std::string how_it_ended(int status);
 // hvdrun's stdin is open, and reading it will not stop hvdrun (a terminal is read only
 // when hvdrun is in the foreground).
 bool stdin_is_ours_to_read();

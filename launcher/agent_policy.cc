@@ -78,16 +78,12 @@ void LocalAgent::note_failure(FailedWorker f) {
   }
 }
 
-namespace {
-
 // "was killed by signal 9 (SIGKILL)" or "exited with code 3".
 std::string how_it_ended(int status) {
   if (WIFSIGNALED(status))
     return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + signal_name(WTERMSIG(status)) + ")";
   return "exited with code " + std::to_string(WEXITSTATUS(status));
 }
-
-}  // namespace
 
 // A worker killed by a signal closes its sockets a moment before its parent can reap it,
 // so its peers may fail and exit first. Failures seen within kFailureWindow of the first

@@ -92,14 +92,23 @@ Result<DiscoveryOutput> run_discovery_script(const std::string& script, double t
   return o;
 }
 
+DiscoveredHosts judge_discovery_output(const DiscoveryOutput& o, int bare_slots, const std::string& script,
+                                       double timeout, bool first) {
+  DiscoveryRun run = o.run;
+  auto hosts = parse_discovery_output(o.out, bare_slots, script);
+  if (!hosts && !run.timed_out && run.exit_code == 0) run.parse_error = hosts.error().message;
+  DiscoveredHosts d;
+  d.verdict = judge_discovery(run, first, script, timeout);
+  if (d.verdict.use && hosts) d.hosts = std::move(*hosts);
+  return d;
+}
+
 Result<std::vector<HostSlots>> discover_hosts_once(const std::string& script, int bare_slots, double timeout) {
   auto o = run_discovery_script(script, timeout);
   if (!o) return o.error();
-  auto hosts = parse_discovery_output(o->out, bare_slots, script);
-  if (!hosts && !o->run.timed_out && o->run.exit_code == 0) o->run.parse_error = hosts.error().message;
-  DiscoveryVerdict v = judge_discovery(o->run, true, script, timeout);
-  if (v.fatal) return error_of(ErrorKind::kLaunchFailed, v.message);
-  return hosts;
+  DiscoveredHosts d = judge_discovery_output(*o, bare_slots, script, timeout, true);
+  if (d.verdict.fatal) return error_of(ErrorKind::kLaunchFailed, d.verdict.message);
+  return d.hosts;
 }
 
 }  // namespace hvdrun

@@ -48,6 +48,8 @@ const std::vector<ExitStatusRow>& exit_status_table() {
       {ErrorKind::kSystem, "system error", exit_code::kInternal, "An operating-system call failed."},
       {ErrorKind::kMalformed, "malformed", exit_code::kInternal, "Bytes from a peer or a file that are not valid."},
       {ErrorKind::kMissingKey, "missing key", exit_code::kInternal, "A key-value store has no such key."},
+      {ErrorKind::kReset, "reset", exit_code::kInternal, "(worker side, elastic) the round of a collective is over."},
+      {ErrorKind::kRemoved, "removed", exit_code::kInternal, "(worker side, elastic) the worker's slot was removed."},
   };
   return rows;
 }

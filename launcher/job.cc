@@ -1,5 +1,6 @@
 #include "launcher/job.h"
 
+#include "launcher/elastic_job.h"
 #include "launcher/elastic_policy.h"
 #include "launcher/elastic_start.h"
 #include "launcher/timeline_merge.h"
@@ -46,37 +47,10 @@
 namespace hvdrun {
 namespace {
 
-// The job's sink, less repeated notices: every agent that Slurm (or a signal to the
-// whole session) ends says so, and once is enough.
-class OnceNoticeSink : public OutputSink {
- public:
-  explicit OnceNoticeSink(OutputSink& inner) : inner_(inner) {}
-  void write_lines(int rank, StreamKind stream, std::string_view lines) override { inner_.write_lines(rank, stream, lines); }
-  bool congested() const override { return inner_.congested(); }
-  void notice(std::string_view line) override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!seen_.insert(std::string(line)).second) return;
-    }
-    inner_.notice(line);
-  }
-  void drain() override { inner_.drain(); }
-
- private:
-  OutputSink& inner_;
-  std::mutex mu_;
-  std::set<std::string> seen_;
-};
-
 int fail(const Error& e) {
   std::fprintf(stderr, "hvdrun: %s\n", e.message.c_str());
   return exit_code_for(e);
 }
-
-
-}  // namespace
-
-namespace {
 
 std::string self_exe() {
   char buf[4096];
@@ -141,6 +115,7 @@ struct JobRun {
   Stop prepare_remote_hosts();
   Stop check_the_python();
   int run_the_workers();
+  SpawnRequest elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot);
   int merge_the_timeline(int code);
 
   const LaunchOptions& opts;
@@ -179,6 +154,7 @@ struct JobRun {
       (*s)->on_file_failure(nullptr);
     }
   } clear_reader_gone{sink};
+  std::unique_ptr<ElasticJob> elastic;  // an elastic job's driver (before the server: its callbacks use it)
   std::optional<std::unique_ptr<rdv::Server>> server;
   std::vector<WorkerLaunch> launches;
   std::vector<RankPlacement> placement;  // this machine's ranks, in launch order
@@ -221,8 +197,7 @@ JobRun::Stop JobRun::make_the_plan() {
     else spdlog::info("{}", text);
   }
   if (opts.elastic.enabled && !opts.dry_run)
-    return fail(error_of(ErrorKind::kUsage, "elastic training: the flags are checked (--dry-run shows the "
-                                            "settings), but this build cannot run an elastic job yet"));
+    if (auto why = elastic_refusal(*plan); !why.empty()) return fail(error_of(ErrorKind::kUsage, why));
   if (opts.dry_run) {
     auto binding = dry_run_binding(*plan, opts.bind_to);
     if (!binding) return fail(binding.error());
@@ -402,11 +377,19 @@ JobRun::Stop JobRun::open_the_output() {
   // An --output-filename file cannot be written (a full disk): the job ends, exit 7.
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
+  if (!opts.elastic.enabled) return {};
+  elastic = std::make_unique<ElasticJob>(opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) {
+    return elastic_launch(r, n, s);
+  });
+  ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
+  (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
+  (*sink)->on_file_failure([&e](std::string message) { e.request_end(std::move(message), exit_code::kOutputFailed); });
   return {};
 }
 
 // What the rendezvous server reports goes to the agent (or, a stall's warning, to stderr).
 rdv::ServerCallbacks JobRun::server_callbacks() {
+  if (elastic) return elastic->callbacks();
   LocalAgent& agent = *agent_;
   rdv::ServerCallbacks cb;
   const JobPlan& p = *plan;
@@ -453,6 +436,7 @@ JobRun::Stop JobRun::start_the_rendezvous() {
   auto started = rdv::Server::start(so, server_callbacks());
   if (!started) return fail(started.error());
   server = std::move(*started);
+  if (elastic) elastic->attach(**server);
   base.rendezvous_port = (*server)->port();
   base.horovod_port = (*server)->horovod_port();
   if (opts.horovod)
@@ -549,6 +533,11 @@ int JobRun::run_the_workers() {
   for (auto& r : remotes) controls.push_back(r.get());
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
+  if (elastic) {
+    workers_result = AgentResult{elastic->run(*plan), "", false};
+    server->reset();
+    return workers_result->exit_code;
+  }
   for (auto& r : remotes) r->start(agent, *job_sink);
   if (stdin_host) agent.relay_stdin_to(stdin_host);
   if (late_python && !launches.empty())  // this machine's Python, while its ranks start
@@ -562,6 +551,19 @@ int JobRun::run_the_workers() {
   remotes.clear();
   server->reset();
   return res.exit_code;
+}
+
+// The launch of an elastic job's worker: the usual environment of its round's rank, and
+// its round and slot (elastic_round.h).
+SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot) {
+  SpawnRequest q;
+  q.exe = exe;
+  q.argv = opts.command;
+  q.env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(base, *addressing, r.host), r,
+                                          r.host_index));
+  for (auto& v : elastic_worker_env(round, slot)) q.env.push_back(std::move(v));
+  q.register_fd = watchdog ? watchdog->fd() : -1;
+  return q;
 }
 
 // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +71,28 @@ class TaggedOutput : public OutputSink {
   std::mutex file_failure_mu_;
   std::function<void(std::string)> on_file_failure_;
   bool file_failed_ = false;  // a write failed: the files are given up
+};
+
+// The job's sink, less repeated notices: every agent that Slurm (or a signal to the
+// whole session) ends says so, and once is enough.
+class OnceNoticeSink : public OutputSink {
+ public:
+  explicit OnceNoticeSink(OutputSink& inner) : inner_(inner) {}
+  void write_lines(int rank, StreamKind stream, std::string_view lines) override { inner_.write_lines(rank, stream, lines); }
+  bool congested() const override { return inner_.congested(); }
+  void notice(std::string_view line) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!seen_.insert(std::string(line)).second) return;
+    }
+    inner_.notice(line);
+  }
+  void drain() override { inner_.drain(); }
+
+ private:
+  OutputSink& inner_;
+  std::mutex mu_;
+  std::set<std::string> seen_;
 };
 
 }  // namespace hvdrun

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "common/deadline.h"
 #include "common/net.h"
@@ -106,7 +107,10 @@ Result<Frame> Client::call(MsgType type, const std::string& payload, Clock::time
 }
 
 Result<Registered> Client::register_rank(const RegisterRequest& req, Clock::time_point deadline) {
-  auto f = call(MsgType::kRegister, encode_register(req), deadline);
+  return registered(call(MsgType::kRegister, encode_register(req), deadline));
+}
+
+Result<Registered> Client::registered(Result<Frame> f) const {
   if (!f) {
     if (f.error().kind == ErrorKind::kTimeout)
       return with_message(f.error(),
@@ -116,6 +120,31 @@ Result<Registered> Client::register_rank(const RegisterRequest& req, Clock::time
   if (f->type != MsgType::kRegistered) return make_error(ErrorKind::kRendezvous,
                                                          "rendezvous: unexpected reply to register");
   return decode_registered(f->payload);
+}
+
+Result<Registered> Client::register_in_round(RegisterRequest req, const RoundRequest& for_round,
+                                             Clock::time_point deadline) {
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    auto f = call(MsgType::kRegister, encode_register(req), deadline);
+    if (!f || f->type != MsgType::kStaleRound) return registered(std::move(f));
+    auto round = decode_i64(f->payload);
+    if (!round) return wrap(round.error(), "rendezvous " + endpoint_ + ": stale round");
+    if (Clock::now() >= deadline)
+      return make_sys_error(ErrorKind::kTimeout,
+                            "rendezvous " + endpoint_ + ": still no round to register in (round " +
+                                std::to_string(req.round) + " refused; the server is at round " +
+                                std::to_string(*round) + ") before the start time-out",
+                            ETIMEDOUT);
+    if (*round <= req.round) {  // ours has not begun there yet
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+      pause = std::min(pause * 2, std::chrono::milliseconds(200));
+      continue;
+    }
+    auto next = for_round(*round);
+    if (!next) return next.error();
+    req = std::move(*next);
+  }
 }
 
 Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
@@ -178,5 +207,9 @@ Status Client::report_fatal(const std::string& message) {
 }
 
 std::string Client::local_address() const { return socket_local_address(fd_.get()); }
+
+void Client::shut_down() const {
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+}
 
 }  // namespace hvdrun::rdv

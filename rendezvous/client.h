@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,13 @@ class Client {
 
   // Registers and waits (until `deadline`) for every rank to register.
   Result<Registered> register_rank(const RegisterRequest& req, Clock::time_point deadline);
+  // Elastic: registers for req.round. A server whose round is another answers kStaleRound
+  // with its round: `for_round` gives the request for that round (this slot's numbers there)
+  // or an error (the slot was removed) that ends the loop; a round not begun on the server
+  // yet is asked again after a pause. Until `deadline`.
+  using RoundRequest = std::function<Result<RegisterRequest>(int64_t round)>;
+  Result<Registered> register_in_round(RegisterRequest req, const RoundRequest& for_round,
+                                       Clock::time_point deadline);
   Result<PeerInfo> get_peer(int rank, Clock::time_point deadline);
 
   // `timeout_s`: how long the server may take to answer (a report on the way out of a
@@ -41,6 +49,9 @@ class Client {
 
   // This side's address of the connection (what the server sees us as).
   std::string local_address() const;
+  // Ends the connection for a call blocked on it in another thread (which then fails):
+  // the socket is shut down, not closed. The client is of no further use.
+  void shut_down() const;
 
  private:
   Client() = default;
@@ -49,6 +60,8 @@ class Client {
   // The connection failed under a send or a receive: a rendezvous error, its errno kept.
   Error lost(const Error& e) const;
   Result<Frame> call(MsgType type, const std::string& payload, Clock::time_point deadline);
+  // The answer to a kRegister, other than kStaleRound.
+  Result<Registered> registered(Result<Frame> f) const;
 
   UniqueFd fd_;
   std::string endpoint_;

@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 
+#include <future>
+
 #include "common/deadline.h"
 #include "rendezvous/server_impl.h"
 
@@ -151,6 +153,28 @@ void Server::Impl::on_reregistered(int round) {
   spdlog::debug("rendezvous: all {} ranks registered again (round {})", size, round);
 }
 
+// Elastic: a new round's table; registrations still waiting for an earlier round are
+// told it is over (they read the newest round and register again).
+void Server::Impl::begin_round(int round, std::vector<ExpectedRank> ranks) {
+  elastic_round = round;
+  opts.ranks = std::move(ranks);
+  size_t n = opts.ranks.size();
+  peers.assign(n, PeerInfo{});
+  reg_count.assign(n, 0);
+  owner.assign(n, {});
+  registered = 0;
+  auto stale = std::move(pending_register);
+  pending_register.clear();
+  for (auto& sess : stale)
+    if (!sess->closed()) sess->tell_stale_round();
+  if (start_timer_begun) {  // the new round's workers have the start time-out to register
+    start_timer_idle = false;
+    start_timer.cancel();
+    arm_start_timer();
+  }
+  spdlog::debug("rendezvous: elastic round {} of {} ranks", round, n);
+}
+
 void Server::Impl::on_start_timer() {
   if (complete()) return;
   if (registered == 0) {
@@ -260,8 +284,40 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options, ServerCallb
 void Server::begin_start_timer() {
   Impl* p = impl_.get();
   if (p->opts.start_timeout <= 0) return;
-  asio::post(p->io, [p] { p->arm_start_timer(); });
+  asio::post(p->io, [p] {
+    p->start_timer_begun = true;
+    p->arm_start_timer();
+  });
 }
+
+namespace {
+
+// Runs `fn` on the server's thread and returns what it returned (the caller waits).
+template <class Fn>
+auto on_server_thread(asio::io_context& io, Fn fn) {
+  std::packaged_task<decltype(fn())()> task(std::move(fn));
+  auto result = task.get_future();
+  asio::post(io, [&task] { task(); });
+  return result.get();
+}
+
+}  // namespace
+
+void Server::begin_round(int round, std::vector<ExpectedRank> ranks) {
+  Impl* p = impl_.get();
+  on_server_thread(p->io, [p, round, &ranks] { p->begin_round(round, std::move(ranks)); });
+}
+
+Status Server::set(const std::string& key, const std::string& value) {
+  Impl* p = impl_.get();
+  return on_server_thread(p->io, [p, &key, &value]() -> Status {
+    if (auto st = p->store(key, value); !st) return st;
+    p->notify_key(key);
+    return {};
+  });
+}
+
+int Server::round() const { return impl_->elastic_round; }
 
 Server::~Server() {
   impl_->io.stop();

@@ -75,6 +75,20 @@ class Server {
   // Arms the start timer (call once the workers have been started).
   void begin_start_timer();
 
+  // Elastic (docs/ELASTIC.md): round `round` (1, 2, ...: only grows) begins with `ranks`
+  // (index = rank). The registration table is cleared and sized for it; a registration
+  // still waiting for an earlier round, and any later kRegister whose round is not this
+  // one, is answered kStaleRound (the connection stays open); a kRegister with no round is
+  // refused. The callbacks' ranks are this round's from now on (a connection registered
+  // in an earlier round reports nothing more). Thread-safe; done on the server's thread
+  // before any request that arrives after it returns.
+  void begin_round(int round, std::vector<ExpectedRank> ranks);
+  // Writes key = value in the store and wakes its waiters, as a worker's set does. In the
+  // order called (with begin_round). Thread-safe; never call it from a callback (it waits
+  // for the server's thread). An error names the store's bound it would pass.
+  Status set(const std::string& key, const std::string& value);
+  int round() const;  // the current elastic round; 0 outside an elastic job; thread-safe
+
   struct Impl;
 
  private:

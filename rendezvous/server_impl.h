@@ -56,6 +56,7 @@ struct Server::Impl {
   tcp::acceptor acceptor{io};
   asio::steady_timer start_timer{io};
   bool start_timer_idle = false;
+  bool start_timer_begun = false;  // begin_start_timer was called
   std::string address;
   int port = 0;
   std::thread thread;
@@ -81,6 +82,7 @@ struct Server::Impl {
   // hvdrun --horovod (after `io`: destroyed before it).
   std::unique_ptr<HorovodHttpServer> horovod;
 
+  std::atomic<int> elastic_round{0};  // begin_round's; 0: not an elastic job
   std::atomic<int> registered{0};
   std::atomic<int> rejected{0};
   std::atomic<int> open_waits{0};  // waits and barriers not answered yet
@@ -96,6 +98,7 @@ struct Server::Impl {
   }
   // Stores key = value within the store's bounds; an error names the bound.
   Status store(const std::string& key, std::string value);
+  void begin_round(int round, std::vector<ExpectedRank> ranks);
   void on_registered();
   void on_reregistered(int round);
   void arm_start_timer();
@@ -127,6 +130,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closed() const { return closed_; }
   int rank() const { return rank_; }
   int round() const { return round_; }
+  int elastic_round() const { return elastic_round_; }
+  // Elastic: its registration is for a round that is over: it may register again.
+  void tell_stale_round();
 
  private:
   enum class State { kHello, kAuth, kReady };
@@ -155,6 +161,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // One handler per request type; returns true to keep reading.
   bool request(const Frame& f);
   bool on_register(const Frame& f);
+  // The elastic round checks of a register; false when it was answered (stale or refused).
+  bool register_in_round(const RegisterRequest& q, bool& keep_reading);
+  // Whether this connection's rank is one of the current round's (its reports count).
+  bool current() const { return rank_ >= 0 && elastic_round_ == srv_.elastic_round; }
+  int reported_rank() const { return current() ? rank_ : -1; }  // -1: a worker of no current rank
   bool on_get_peer(const Frame& f);
   bool on_set(const Frame& f);
   bool on_get(const Frame& f);
@@ -182,6 +193,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool closing_ = false, closed_ = false;
   int rank_ = -1;
   int round_ = 0;
+  int elastic_round_ = 0;  // the elastic round it registered in (0: none)
   bool finalized_ = false;  // this rank said it is done (hvd_shutdown)
 };
 

@@ -124,7 +124,7 @@ bool Session::parse_frames() {
 
 void Session::on_eof() {
   if (rank_ >= 0) spdlog::debug("rendezvous: rank {} disconnected", rank_);
-  if (rank_ >= 0 && !finalized_ && srv_.cbs.on_rank_left) srv_.cbs.on_rank_left(rank_);
+  if (current() && !finalized_ && srv_.cbs.on_rank_left) srv_.cbs.on_rank_left(rank_);
   finalized_ = true;  // reported once
   close();
 }
@@ -195,6 +195,7 @@ bool Session::on_register(const Frame& f) {
   auto& s = srv_;
   auto q = decode_register(f.payload);
   if (!q) return fail(q.error().message), false;
+  if (bool keep_reading = true; !register_in_round(*q, keep_reading)) return keep_reading;
   int size = static_cast<int>(s.peers.size());
   if (q->size != size)
     return fail("rank " + std::to_string(q->rank) + " says the job has " + std::to_string(q->size) +
@@ -216,6 +217,7 @@ bool Session::on_register(const Frame& f) {
              false;
   }
   rank_ = q->rank;
+  elastic_round_ = s.elastic_round;
   round_ = ++s.reg_count[rank_];
   s.owner[rank_] = shared_from_this();
   s.peers[rank_] = PeerInfo{q->rank, q->host, q->addr, q->port};
@@ -223,6 +225,37 @@ bool Session::on_register(const Frame& f) {
   if (round_ == 1) s.on_registered();
   else s.on_reregistered(round_);
   return true;
+}
+
+bool Session::register_in_round(const RegisterRequest& q, bool& keep_reading) {
+  int current = srv_.elastic_round;
+  if (q.round == current) {
+    if (current > 0 && rank_ >= 0 && elastic_round_ != current) {  // its earlier round is over
+      rank_ = -1;
+      finalized_ = false;
+    }
+    return true;
+  }
+  keep_reading = false;
+  std::string who = "rank " + std::to_string(q.rank);
+  if (q.round == 0)
+    return fail(who + " registered with no elastic round; this is an elastic job (round " + std::to_string(current) +
+                ")"),
+           false;
+  if (current == 0)
+    return fail(who + " registered for elastic round " + std::to_string(q.round) + "; this job is not elastic"),
+           false;
+  if (rank_ >= 0) return fail("this connection already registered rank " + std::to_string(rank_)), false;
+  keep_reading = true;
+  send(MsgType::kStaleRound, encode_i64(current));
+  return false;
+}
+
+void Session::tell_stale_round() {
+  rank_ = -1;
+  round_ = 0;
+  elastic_round_ = 0;
+  send(MsgType::kStaleRound, encode_i64(srv_.elastic_round));
 }
 
 bool Session::on_get_peer(const Frame& f) {
@@ -240,14 +273,15 @@ bool Session::on_set(const Frame& f) {
   auto& s = srv_;
   auto kv = decode_key_value(f.payload);
   if (!kv) return fail(kv.error().message), false;
-  if (kv->first.rfind(kStallKeyPrefix, 0) == 0 && s.cbs.on_stall) s.cbs.on_stall(rank_, kv->first, kv->second);
+  if (kv->first.rfind(kStallKeyPrefix, 0) == 0 && s.cbs.on_stall)
+    s.cbs.on_stall(reported_rank(), kv->first, kv->second);
   if (rank_ >= 0 && kv->first == kFinalizedKeyPrefix + std::to_string(rank_)) finalized_ = true;
-  if (rank_ >= 0 && kv->first == kSilentKeyPrefix + std::to_string(rank_) && s.cbs.on_silent) {
+  if (current() && kv->first == kSilentKeyPrefix + std::to_string(rank_) && s.cbs.on_silent) {
     // A value that names no rank is stored but not acted on.
     if (auto peer = parse_int(kv->second, "silent peer", 0, static_cast<long long>(s.peers.size()) - 1))
       s.cbs.on_silent(rank_, static_cast<int>(*peer));
   }
-  if (rank_ >= 0 && kv->first == kLostKeyPrefix + std::to_string(rank_) && s.cbs.on_lost) {
+  if (current() && kv->first == kLostKeyPrefix + std::to_string(rank_) && s.cbs.on_lost) {
     if (auto peer = parse_int(kv->second, "lost peer", 0, static_cast<long long>(s.peers.size()) - 1))
       s.cbs.on_lost(rank_, static_cast<int>(*peer));
   }
@@ -326,7 +360,7 @@ bool Session::on_fatal(const Frame& f) {
   if (m->size() > kMaxFatalMessage)
     *m = m->substr(0, kMaxFatalMessage) + "... (" + std::to_string(m->size() - kMaxFatalMessage) +
          " bytes more)";
-  if (s.cbs.on_fatal) s.cbs.on_fatal(rank_, *m);
+  if (s.cbs.on_fatal) s.cbs.on_fatal(reported_rank(), *m);
   send(MsgType::kOk, "");
   return true;
 }

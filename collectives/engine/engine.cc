@@ -429,6 +429,7 @@ void Engine::wait_for_event(int timeout_ms) {
 
 void Engine::drive(const std::function<bool()>& stop_when, bool block) {
   for (;;) {
+    if (broken_ && round_over_) fail_all(Error{});  // (end_round found a cycle running; its error wins)
     if (stop_when() || broken_) return;
     check_stall();
     if (int why = work_now()) {
@@ -484,7 +485,7 @@ void Engine::fail_all(const Error& e) {
     broken_reason_ = e.message;
     broken_kind_ = e.kind;
   }
-  const Error failed = wrap(e, "rank " + std::to_string(opts_.rank));
+  const Error failed = wrap(round_over_ ? round_error_ : e, "rank " + std::to_string(opts_.rank));
   auto fail = [&](Op& op) {
     op.status = failed;
     op.done = true;
@@ -497,6 +498,26 @@ void Engine::fail_all(const Error& e) {
   behind_.clear();
   queue_.clear();
   done_cv_.notify_all();
+}
+
+void Engine::end_round(const Error& e) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    round_error_ = e;
+    round_over_ = true;
+    if (!broken_) {
+      broken_reason_ = e.message;
+      broken_kind_ = e.kind;
+      broken_ = true;
+    }
+  }
+  {
+    // No cycle runs: no transfer uses an operation's buffers, which may fail now. Otherwise
+    // the thread in the cycle fails them when its transfer breaks (or at drive()'s next turn).
+    std::unique_lock<std::mutex> d(drive_mu_, std::try_to_lock);
+    if (d.owns_lock()) fail_all(e);
+  }
+  wake();
 }
 
 void Engine::stop(const std::string& why) {

@@ -119,6 +119,10 @@ class Engine {
   // Fails every pending handle with `why`, tells the other ranks this one leaves (so that
   // theirs fail at once, naming it) and stops the thread. Idempotent.
   void stop(const std::string& why);
+  // Elastic: the round is over. Every pending and later operation fails with `e` (kReset),
+  // whatever error the cycle running now meets (the caller breaks the ring's connections:
+  // a transfer in flight fails at once). Thread-safe; returns without waiting for a cycle.
+  void end_round(const Error& e);
 
   EngineStats stats() const;
 
@@ -195,6 +199,8 @@ class Engine {
   std::atomic<bool> broken_{false};  // written under mu_; drive() reads it without
   std::string broken_reason_;
   ErrorKind broken_kind_ = ErrorKind::kPeerLost;
+  std::atomic<bool> round_over_{false};  // end_round was called (written under mu_)
+  Error round_error_;                    // (mu_) its error: every failure after it is this one
   // (mu_) The peer whose hvd_shutdown ended the collectives ("rank 1 (host b)") and its
   // rank, while this rank had nothing pending: a collective submitted later is the proof
   // that it submitted fewer (reported through on_fatal once).

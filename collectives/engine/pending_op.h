@@ -12,6 +12,15 @@
 namespace hvdrun {
 
 struct PendingOp {
+  PendingOp() { live_ops().fetch_add(1, std::memory_order_relaxed); }
+  ~PendingOp() { live_ops().fetch_sub(1, std::memory_order_relaxed); }
+  PendingOp(const PendingOp&) = delete;
+  PendingOp& operator=(const PendingOp&) = delete;
+  // Operations alive in this process (every engine's): hvd_shutdown leaves none (tests).
+  static std::atomic<long>& live_ops() {
+    static std::atomic<long> n{0};
+    return n;
+  }
   hvd_handle_t handle = 0;
   Request req;
   std::atomic<bool> done{false};  // set under Engine::mu_ after status; read without it too

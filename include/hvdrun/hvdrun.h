@@ -33,7 +33,12 @@ extern "C" {
 #define HVD_ERR_NCCL 11            /* an NCCL error */
 #define HVD_ERR_RESET 12   /* elastic: the job is being reset (a peer was lost or the
                               hosts changed): every pending and later collective of
-                              this round fails with it; hvd_shutdown(), then hvd_init() */
+                              this round fails with it, at once (hvdrun's rendezvous
+                              tells every worker); a peer's closed connection in an
+                              elastic job is this code too, not HVD_ERR_PEER;
+                              hvd_shutdown() (which frees the round's handles), then
+                              hvd_init(), which joins the next round with its new rank
+                              and size (or returns it again if that round is reset too) */
 #define HVD_ERR_REMOVED 13 /* elastic: hvd_init(): this worker's slot was removed from
                               the job; the process should exit (status 0) */
 

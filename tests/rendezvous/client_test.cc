@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <string>
 
+#include "fake_rendezvous.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/server.h"
 
@@ -230,6 +231,63 @@ TEST(RendezvousClient, RetriesUntilTheServerListens) {
   auto server = Server::start(o, {});
   ASSERT_TRUE(server.ok()) << server.error().message;
   EXPECT_EQ(client.get(), "");
+}
+
+// Elastic: a register for a round that is over is answered kStaleRound with the server's
+// round; the client asks for that round's request and registers again.
+TEST(RendezvousClient, AStaleRoundRegistersAgainInTheServersRound) {
+  std::string secret = new_secret();
+  FakeRendezvous fake(secret);
+  fake.begin_round(3, 1);
+  auto c = Client::connect("127.0.0.1", fake.port(), secret, in(10));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  std::vector<int64_t> asked;
+  auto for_round = [&](int64_t round) -> Result<RegisterRequest> {
+    asked.push_back(round);
+    return RegisterRequest{0, 1, "h", "127.0.0.1", 4000, static_cast<int32_t>(round)};
+  };
+  auto reg = c->register_in_round({1, 2, "h", "127.0.0.1", 4000, 2}, for_round, in(10));
+  ASSERT_TRUE(reg.ok()) << reg.error().message;
+  EXPECT_EQ(reg->size, 1);
+  EXPECT_EQ(reg->left.port, 4000);
+  EXPECT_EQ(asked, std::vector<int64_t>{3});
+  EXPECT_EQ(fake.stale_answers(), 1);
+}
+
+// The newest round has no place for this worker: the loop ends with that error.
+TEST(RendezvousClient, AStaleRoundWithoutThisSlotEndsTheRegistration) {
+  std::string secret = new_secret();
+  FakeRendezvous fake(secret);
+  fake.begin_round(2, 1);
+  auto c = Client::connect("127.0.0.1", fake.port(), secret, in(10));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto removed = [](int64_t) -> Result<RegisterRequest> { return make_error(ErrorKind::kRemoved, "slot removed"); };
+  auto reg = c->register_in_round({0, 1, "h", "127.0.0.1", 4000, 1}, removed, in(10));
+  ASSERT_FALSE(reg.ok());
+  EXPECT_EQ(reg.error().kind, ErrorKind::kRemoved);
+}
+
+// A round the server has not begun yet is asked for again until it begins.
+TEST(RendezvousClient, ARoundNotBegunYetIsAskedAgain) {
+  std::string secret = new_secret();
+  FakeRendezvous fake(secret);
+  fake.begin_round(1, 1);
+  auto c = Client::connect("127.0.0.1", fake.port(), secret, in(10));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  int asked = 0;
+  auto for_round = [&](int64_t) -> Result<RegisterRequest> {
+    ++asked;
+    return make_error(ErrorKind::kInternal, "not asked for an older round");
+  };
+  auto reg = std::async(std::launch::async, [&] {
+    return c->register_in_round({0, 1, "h", "127.0.0.1", 4000, 2}, for_round, in(30));
+  });
+  for (auto until = in(30); fake.stale_answers() == 0 && Clock::now() < until;) std::this_thread::yield();
+  ASSERT_GE(fake.stale_answers(), 1);  // refused at least once: round 2 had not begun
+  fake.begin_round(2, 1);
+  auto r = reg.get();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(asked, 0);
 }
 
 }  // namespace

@@ -403,4 +403,148 @@ TEST(RendezvousServer, WorkerBytesInWarningsAreQuoted) {
   EXPECT_NE(all.find("key '\\x1b[2J' holds 'x'"), std::string::npos) << all;
 }
 
+
+// Elastic rounds (docs/ELASTIC.md): the server's table follows hvdrun's begin_round; the
+// callbacks report ranks of the current round only.
+namespace {
+
+std::vector<ExpectedRank> round_ranks(int n) {
+  std::vector<ExpectedRank> r;
+  for (int i = 0; i < n; ++i) r.push_back({"h" + std::to_string(i), 0});
+  return r;
+}
+
+std::string reg(int rank, int size, int round, int port = 1000) {
+  RegisterRequest q{rank, size, "h" + std::to_string(rank), "127.0.0.1", port + rank};
+  q.round = round;
+  return encode_register(q);
+}
+
+struct ElasticFixture {
+  std::string secret = new_secret();
+  std::unique_ptr<Server> server;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> left;
+  ElasticFixture() {
+    ServerOptions o;
+    o.secret = secret;
+    o.start_timeout = 0;
+    o.ranks = round_ranks(1);
+    ServerCallbacks cb;
+    cb.on_rank_left = [this](int rank) {
+      std::lock_guard<std::mutex> lk(mu);
+      left.push_back(rank);
+      cv.notify_all();
+    };
+    auto s = Server::start(o, cb);
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+  }
+  Client connect_client() {
+    auto c = Client::connect("127.0.0.1", server->port(), secret, in(10));
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+  // The ranks that left, once there are `n` (at most 10 s).
+  std::vector<int> wait_left(size_t n) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::seconds(10), [&] { return left.size() >= n; });
+    return left;
+  }
+};
+
+int64_t stale_round_of(const Frame& f) {
+  EXPECT_EQ(f.type, MsgType::kStaleRound) << msg_type_name(f.type);
+  auto v = decode_i64(f.payload);
+  return v ? *v : -1;
+}
+
+}  // namespace
+
+TEST(RendezvousServerElastic, AStaleRegisterIsToldTheRoundAndTheTableIsResized) {
+  ElasticFixture f;
+  f.server->begin_round(1, round_ranks(2));
+  EXPECT_EQ(f.server->round(), 1);
+  RawSession waiting(f.server->port(), f.secret);
+  waiting.send(MsgType::kRegister, reg(0, 2, 1));
+  ASSERT_TRUE(wait_registered(*f.server, 1));  // registered in round 1, waiting for rank 1
+  f.server->begin_round(2, round_ranks(3));
+  EXPECT_EQ(f.server->registered(), 0);
+  EXPECT_EQ(stale_round_of(waiting.recv()), 2);  // its round ended before it completed
+  waiting.send(MsgType::kRegister, reg(0, 2, 1));  // the connection stays open
+  EXPECT_EQ(stale_round_of(waiting.recv()), 2);
+  RawSession future(f.server->port(), f.secret);
+  future.send(MsgType::kRegister, reg(1, 3, 3));  // a round that has not begun
+  EXPECT_EQ(stale_round_of(future.recv()), 2);
+  RawSession old_size(f.server->port(), f.secret);
+  old_size.send(MsgType::kRegister, reg(1, 2, 2));
+  EXPECT_TRUE(contains(old_size.error(), "says the job has 2 ranks; hvdrun started 3"));
+  // Round 2 completes with three ranks, the first two on connections told it was stale.
+  waiting.send(MsgType::kRegister, reg(0, 3, 2));
+  future.send(MsgType::kRegister, reg(1, 3, 2));
+  RawSession third(f.server->port(), f.secret);
+  third.send(MsgType::kRegister, reg(2, 3, 2));
+  for (RawSession* s : {&waiting, &future, &third}) {
+    Frame g = s->recv();
+    ASSERT_EQ(g.type, MsgType::kRegistered) << msg_type_name(g.type);
+    auto d = decode_registered(g.payload);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->size, 3);
+  }
+  EXPECT_EQ(f.server->registered(), 3);
+}
+
+TEST(RendezvousServerElastic, ARegisterWithoutARoundIsRefusedInAnElasticJob) {
+  ElasticFixture f;
+  f.server->begin_round(1, round_ranks(1));
+  RawSession s(f.server->port(), f.secret);
+  s.send(MsgType::kRegister, reg(0, 1, 0));
+  EXPECT_TRUE(contains(s.error(), "rank 0 registered with no elastic round; this is an elastic job (round 1)"));
+  Fixture plain(1);  // and a round in a job that is not elastic
+  RawSession p(plain.server->port(), plain.secret);
+  p.send(MsgType::kRegister, reg(0, 1, 1));
+  EXPECT_TRUE(contains(p.error(), "registered for elastic round 1; this job is not elastic"));
+}
+
+TEST(RendezvousServerElastic, OnlyTheCurrentRoundsRanksAreReportedLeaving) {
+  ElasticFixture f;
+  f.server->begin_round(1, round_ranks(2));
+  RawSession kept(f.server->port(), f.secret);
+  auto gone = std::make_unique<RawSession>(f.server->port(), f.secret);
+  kept.send(MsgType::kRegister, reg(0, 2, 1));
+  gone->send(MsgType::kRegister, reg(1, 2, 1));
+  ASSERT_EQ(kept.recv().type, MsgType::kRegistered);
+  ASSERT_EQ(gone->recv().type, MsgType::kRegistered);
+  f.server->begin_round(2, round_ranks(2));
+  // Round 1's rank 0 registers again on its connection (hvd_shutdown, hvd_init); round 1's
+  // rank 1 leaves: it is not round 2's rank 1, nothing is reported.
+  kept.send(MsgType::kRegister, reg(0, 2, 2));
+  ASSERT_TRUE(wait_registered(*f.server, 1));
+  gone.reset();
+  RawSession fresh(f.server->port(), f.secret);
+  fresh.send(MsgType::kRegister, reg(1, 2, 2));
+  ASSERT_EQ(kept.recv().type, MsgType::kRegistered);
+  ASSERT_EQ(fresh.recv().type, MsgType::kRegistered);
+  ::shutdown(kept.fd.get(), SHUT_RDWR);  // round 2's rank 0 leaves without hvd_shutdown
+  EXPECT_EQ(f.wait_left(1), std::vector<int>{0});
+}
+
+TEST(RendezvousServerElastic, HvdrunsSetWakesTheWaitersInOrder) {
+  ElasticFixture f;
+  Client c = f.connect_client();
+  auto waited = std::async(std::launch::async, [&] { return c.wait({"hvdrun/elastic/update/1"}, 10); });
+  ASSERT_TRUE(wait_waiting(*f.server, 1));
+  ASSERT_TRUE(f.server->set("hvdrun/elastic/round", "2").ok());
+  ASSERT_TRUE(f.server->set("hvdrun/elastic/update/1", "2 1").ok());
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(waited.get().ok());
+  auto v = c.get("hvdrun/elastic/round");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "2");
+  auto big = f.server->set("k", std::string(kMaxValueBytes + 1, 'x'));
+  ASSERT_FALSE(big.ok());
+  EXPECT_TRUE(contains(big.error().message, "exceeds the limit"));
+}
+
 }  // namespace hvdrun::rdv

@@ -1,0 +1,377 @@
+#include "launcher/elastic_driver.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <stdexcept>
+
+#include "launcher/agent.h"
+#include "launcher/elastic_round.h"
+#include "launcher/exit_status.h"
+#include "launcher/spawn.h"
+
+namespace hvdrun {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr double kDrainAfterExit = 2.0;  // seconds for pipes held open by escaped processes
+
+}  // namespace
+
+struct ElasticDriver::Proc {
+  ElasticSlot slot;
+  pid_t pid = -1;
+  int rank = -1;  // in the current round; -1: not in it (removed, killed, ended)
+  int tag = 0;    // the rank its output is tagged with (its latest)
+  bool exited = false;
+  int status = 0;
+  bool left = false;    // left the rendezvous without hvd_shutdown
+  bool killed = false;  // by the driver
+  UniqueFd pipes[2];
+  LineSplitter split[2];
+  WorkerEnd end() const {
+    if (!exited) return WorkerEnd::kRunning;
+    if (status != 0) return WorkerEnd::kFailed;
+    return left ? WorkerEnd::kExitedEarly : WorkerEnd::kSucceeded;
+  }
+};
+
+ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io)
+    : opts_(std::move(opts)), kill_grace_(kill_grace), hosts_(std::move(hosts)), io_(std::move(io)),
+      blacklist_(opts_.cooldown) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
+  wake_rd_.reset(p[0]);
+  wake_wr_.reset(p[1]);
+}
+
+ElasticDriver::~ElasticDriver() = default;
+
+void ElasticDriver::rank_left(int round, int rank) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left_.push_back({round, rank});
+  }
+  char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+}
+
+void ElasticDriver::request_end(std::string message, int code) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!end_request_) end_request_.emplace(std::move(message), code);
+  }
+  char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+}
+
+int ElasticDriver::run(const std::vector<RankInfo>& first) {
+  UniqueFd sigfd = io_.runner.open_signals();
+  ElasticRound r;
+  r.ranks = first;
+  for (const auto& k : first) r.slots.push_back({k.host, k.local_rank});
+  begin_round(r, RoundChange{});
+  if (io_.discover) next_discovery_ = io_.runner.now() + opts_.discovery_interval;
+  while (step()) wait_once(sigfd.get());
+  for (auto& p : procs_)
+    for (int s = 0; s < 2; ++s)
+      if (p->pipes[s].valid())
+        io_.sink.write_lines(p->tag, s == 0 ? StreamKind::kStdout : StreamKind::kStderr, p->split[s].flush());
+  io_.sink.drain();
+  return exit_code_;
+}
+
+// What came since the last step, and the verdicts now due. False when the job is over.
+bool ElasticDriver::step() {
+  reap();
+  take_left();
+  if (!ending_) {
+    if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
+    act(judge_round(round_state()));
+  }
+  if (ending_ && all_gone()) return false;
+  if (kill_at_ && io_.runner.now() >= *kill_at_) {
+    for (auto& p : procs_)
+      if (!p->exited) io_.runner.signal_group(p->pid, SIGKILL);
+    kill_at_.reset();
+  }
+  return true;
+}
+
+// Round `next` begins: the server's table, its keys and the update that announces it, the
+// ranks of the slots that go on, a process for each slot that has none.
+void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& change) {
+  ++round_no_;
+  io_.store.begin_round(round_no_, next.ranks);
+  StoreEntries keys = round_keys(round_no_, next);
+  if (round_no_ > 1) keys.push_back(update_entry(++update_seq_, change));
+  for (const auto& [k, v] : keys)
+    if (auto st = io_.store.set(k, v); !st) return fail("hvdrun: elastic: " + st.error().message, 1);
+  std::vector<Proc*> live(next.slots.size(), nullptr);
+  for (size_t i = 0; i < next.slots.size(); ++i) live[i] = proc_of(next.slots[i]);
+  for (auto& p : procs_) p->rank = -1;
+  round_ = next;
+  for (size_t i = 0; i < next.slots.size() && !ending_; ++i) {
+    if (live[i] && !live[i]->exited) {
+      live[i]->rank = live[i]->tag = static_cast<int>(i);
+      continue;
+    }
+    spawn(next.slots[i], next.ranks[i]);
+  }
+}
+
+void ElasticDriver::spawn(const ElasticSlot& slot, const RankInfo& rank) {
+  SpawnRequest req = io_.launch(rank, round_no_, slot);
+  auto spawned = io_.runner.spawn(req);
+  if (!spawned)
+    return fail("hvdrun: rank " + std::to_string(rank.rank) + " (host " + slot.host + "): " + spawned.error().message,
+                exit_code_for(spawned.error()));
+  auto p = std::make_unique<Proc>();
+  p->slot = slot;
+  p->pid = spawned->pid;
+  p->rank = p->tag = rank.rank;
+  p->pipes[0] = std::move(spawned->out);
+  p->pipes[1] = std::move(spawned->err);
+  procs_.push_back(std::move(p));
+}
+
+ElasticDriver::Proc* ElasticDriver::proc_of(const ElasticSlot& slot) const {
+  for (const auto& p : procs_)
+    if (p->rank >= 0 && p->slot == slot) return p.get();
+  return nullptr;
+}
+
+void ElasticDriver::reap() {
+  for (auto [pid, st] : io_.runner.reap())
+    for (auto& p : procs_) {
+      if (p->pid != pid || p->exited) continue;
+      p->exited = true;
+      p->status = st;
+      if (st != 0 && p->rank >= 0 && !p->killed && first_failure_.empty())
+        first_failure_ = "rank " + std::to_string(p->rank) + " (host " + p->slot.host + ") " + how_it_ended(st);
+      if (std::all_of(procs_.begin(), procs_.end(), [](const auto& q) { return q->exited; }))
+        drain_at_ = io_.runner.now() + kDrainAfterExit;
+    }
+}
+
+void ElasticDriver::take_left() {
+  std::vector<Left> left;
+  std::optional<std::pair<std::string, int>> end;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    left.swap(left_);
+    end.swap(end_request_);
+  }
+  for (const auto& l : left)
+    if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
+      if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
+  if (end) fail(end->first, end->second);
+}
+
+// The discovery script once more: a failure is a warning (once per message), and the
+// hosts it listed last stand.
+void ElasticDriver::poll_discovery() {
+  next_discovery_ = io_.runner.now() + opts_.discovery_interval;
+  auto out = io_.discover();
+  DiscoveredHosts d;
+  if (out) d = judge_discovery_output(*out, opts_.slots_per_host > 0 ? opts_.slots_per_host : 1,
+                                      opts_.discovery_script, opts_.discovery_timeout, false);
+  std::string warning = out ? d.verdict.message : out.error().message;
+  if (out && d.verdict.use) hosts_ = std::move(d.hosts);
+  if (!warning.empty() && warning != last_discovery_warning_) io_.sink.notice("hvdrun: warning: " + warning);
+  last_discovery_warning_ = warning;
+}
+
+bool ElasticDriver::hosts_changed() const {
+  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, io_.runner.now()), opts_.max_np);
+  return next.slots != round_.slots;
+}
+
+RoundState ElasticDriver::round_state() const {
+  RoundState s;
+  for (const auto& slot : round_.slots)
+    if (Proc* p = proc_of(slot)) s.workers[slot.host].push_back(p->end());
+  s.hosts_changed = !waiting_ && hosts_changed();
+  s.resets = resets_;
+  s.reset_limit = opts_.reset_limit;
+  for (const auto& h : hosts_)
+    if (blacklist_.blocked(h.host, io_.runner.now())) s.blacklisted.insert(h.host);
+  return s;
+}
+
+bool ElasticDriver::act(const RoundVerdict& v) {
+  switch (v.action) {
+    case RoundVerdict::kSucceeded:
+      ending_ = true;
+      for (auto& p : procs_)  // slots removed but not yet gone
+        if (!p->exited) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
+      kill_at_ = io_.runner.now() + kill_grace_;
+      return true;
+    case RoundVerdict::kFailed:
+      fail("hvdrun: elastic: " + v.message + (first_failure_.empty() ? "" : "; the first failure: " + first_failure_), 1);
+      return true;
+    case RoundVerdict::kReset:
+      return reset(v);
+    case RoundVerdict::kGoOn:
+      if (waiting_) try_round();
+      return false;
+  }
+  return false;
+}
+
+// The failed hosts blacklisted and their other workers killed; the next round as soon as
+// it has --min-np slots.
+bool ElasticDriver::reset(const RoundVerdict& v) {
+  double now = io_.runner.now();
+  if (!cause_at_) cause_at_ = now;
+  for (const auto& host : v.blacklist) {
+    blacklisted_now_.emplace_back(host, blacklist_.add(host, now, io_.random ? io_.random() : 0.5));
+    std::string what;
+    kill_host(host, what);
+    cause_ += (cause_.empty() ? "" : ", ") + std::string("host ") + host + " failed (" + what + ")";
+    failure_ = true;
+  }
+  if (!waiting_) waiting_since_ = now;
+  waiting_ = true;
+  try_round();
+  return true;
+}
+
+// Every worker of `host` out of the round: the failed ones named, the others killed.
+void ElasticDriver::kill_host(const std::string& host, std::string& what) {
+  std::string killed;
+  for (auto& p : procs_) {
+    if (p->slot.host != host || p->rank < 0) continue;
+    std::string rank = std::to_string(p->rank);
+    if (!p->exited) {
+      io_.runner.signal_group(p->pid, SIGKILL);
+      p->killed = true;
+      killed += (killed.empty() ? "" : ",") + rank;
+    } else if (p->end() == WorkerEnd::kExitedEarly) {
+      what += (what.empty() ? "" : "; ") + ("rank " + rank + " exited with code 0 without hvd_shutdown");
+    } else if (p->end() == WorkerEnd::kFailed) {
+      what += (what.empty() ? "" : "; ") + ("rank " + rank + " " + how_it_ended(p->status));
+    }
+    p->rank = -1;
+  }
+  if (!killed.empty()) what += (what.empty() ? "" : "; ") + ("rank(s) " + killed + " killed");
+}
+
+void ElasticDriver::try_round() {
+  double now = io_.runner.now();
+  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, now), opts_.max_np);
+  WaitVerdict w = judge_wait(static_cast<long long>(next.slots.size()), opts_.min_np, now - *waiting_since_,
+                             opts_.timeout);
+  if (w.action == WaitVerdict::kGiveUp)
+    return fail("hvdrun: elastic: " + w.message + (first_failure_.empty() ? "" : "; the first failure: " + first_failure_),
+                1);
+  if (w.action == WaitVerdict::kWait) {
+    if (!said_wait_) io_.sink.notice("hvdrun: elastic: " + w.message);
+    said_wait_ = true;
+    return;
+  }
+  ResetFacts f;
+  f.number = ++resets_;
+  f.cause = cause_;
+  if (!failure_ && !next.spawned.empty()) f.cause = "hosts added (" + hosts_of(next.spawned) + ")";
+  if (!failure_ && !next.removed.empty())
+    f.cause += (f.cause.empty() ? "" : ", ") + ("hosts removed (" + hosts_of(next.removed) + ")");
+  f.blacklisted = blacklisted_now_;
+  f.old_size = static_cast<int>(round_.slots.size());
+  f.new_size = static_cast<int>(next.slots.size());
+  begin_round(next, round_change(next, failure_, round_no_));
+  f.seconds = io_.runner.now() - *cause_at_;
+  if (!ending_) io_.sink.notice("hvdrun: " + reset_line(f));
+  waiting_ = failure_ = said_wait_ = false;
+  cause_.clear();
+  blacklisted_now_.clear();
+  waiting_since_.reset();
+  cause_at_.reset();
+}
+
+void ElasticDriver::fail(const std::string& message, int code) {
+  if (ending_) return;
+  exit_code_ = code;
+  if (!message.empty()) io_.sink.notice(message);
+  end_all();
+}
+
+// Every worker still running ends (SIGTERM, SIGKILL after the grace).
+void ElasticDriver::end_all() {
+  ending_ = true;
+  for (auto& p : procs_) {
+    if (p->exited) continue;
+    io_.runner.signal_group(p->pid, SIGCONT);  // a stopped one would hold SIGTERM
+    io_.runner.signal_group(p->pid, SIGTERM);
+    p->killed = true;
+  }
+  kill_at_ = io_.runner.now() + kill_grace_;
+}
+
+void ElasticDriver::handle_signals(int sigfd) {
+  for (auto [sig, sender] : io_.runner.read_signals(sigfd)) {
+    if (sig == SIGCHLD || sig == SIGTSTP) continue;  // reaped at the top of the loop; no Ctrl-Z here
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+      if (ending_) kill_at_ = io_.runner.now();  // a second one: no more grace
+      fail("hvdrun: received " + signal_name(sig) + "; ending the elastic job", 128 + sig);
+      continue;
+    }
+    for (auto& p : procs_)  // SIGUSR1, SIGUSR2, SIGCONT: to the workers
+      if (!p->exited) io_.runner.signal_group(p->pid, sig);
+  }
+}
+
+// One wait on the signals, the wake-ups and the workers' output, until the next deadline.
+void ElasticDriver::wait_once(int sigfd) {
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {wake_rd_.get(), POLLIN, 0}};
+  std::vector<std::pair<Proc*, int>> pipe_of;
+  bool congested = io_.sink.congested();
+  if (!congested)
+    for (auto& p : procs_)
+      for (int s = 0; s < 2; ++s)
+        if (p->pipes[s].valid()) {
+          pipe_of.emplace_back(p.get(), s);
+          pfds.push_back({p->pipes[s].get(), POLLIN, 0});
+        }
+  double timeout = congested ? 0.005 : 1.0;
+  for (const auto& d : {next_discovery_, kill_at_, drain_at_})
+    if (d) timeout = std::min(timeout, *d - io_.runner.now());
+  int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
+  if (n <= 0) return;
+  if (pfds[0].revents & POLLIN) handle_signals(sigfd);
+  if (pfds[1].revents & POLLIN) {
+    char buf[64];
+    while (read(wake_rd_.get(), buf, sizeof buf) > 0) {
+    }
+  }
+  for (size_t i = 0; i < pipe_of.size(); ++i)
+    if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
+}
+
+void ElasticDriver::read_output(Proc& p, int s) {
+  char buf[kReadChunk];
+  ssize_t r = read(p.pipes[s].get(), buf, sizeof buf);
+  StreamKind kind = s == 0 ? StreamKind::kStdout : StreamKind::kStderr;
+  if (r > 0) {
+    io_.sink.write_lines(p.tag, kind, p.split[s].feed(std::string_view(buf, static_cast<size_t>(r))));
+  } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+    io_.sink.write_lines(p.tag, kind, p.split[s].flush());
+    p.pipes[s].reset();
+  }
+}
+
+bool ElasticDriver::all_gone() const {
+  bool pipes_open = false;
+  for (const auto& p : procs_) {
+    if (!p->exited) return false;
+    pipes_open = pipes_open || p->pipes[0].valid() || p->pipes[1].valid();
+  }
+  return !pipes_open || (drain_at_ && io_.runner.now() >= *drain_at_);
+}
+
+}  // namespace hvdrun

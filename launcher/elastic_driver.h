@@ -1,0 +1,114 @@
+// The elastic driver (issue 28; docs/ELASTIC.md): runs an elastic job's workers on this
+// machine round after round. Each worker is a slot (host, index) and keeps its process
+// while its slot stays in the job. The decisions are the pure policy's
+// (elastic_policy.h: the round's verdict, the blacklist, the wait for --min-np;
+// elastic_membership.h: the next round; elastic_round.h: its keys and its line); this
+// loop does the I/O: spawning, reaping, the workers' output, the discovery script every
+// interval, the store, the signals to hvdrun.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "launcher/discovery_runner.h"
+#include "launcher/elastic_membership.h"
+#include "launcher/elastic_options.h"
+#include "launcher/elastic_policy.h"
+#include "launcher/elastic_round.h"
+#include "launcher/line_splitter.h"
+#include "launcher/output_sink.h"
+#include "launcher/process_runner.h"
+
+namespace hvdrun {
+
+// Where the rounds are announced: the rendezvous server (job.cc's adapter) or a test's fake.
+class ElasticStore {
+ public:
+  virtual ~ElasticStore() = default;
+  virtual void begin_round(int round, const std::vector<RankInfo>& ranks) = 0;
+  virtual Status set(const std::string& key, const std::string& value) = 0;
+};
+
+struct ElasticDriverIo {
+  ProcessRunner& runner;
+  ElasticStore& store;
+  OutputSink& sink;
+  // One run of the discovery script (unset: the hosts are fixed).
+  std::function<Result<DiscoveryOutput>()> discover;
+  // The launch of the worker of `slot` spawned into round `round` with `rank`'s numbers.
+  std::function<SpawnRequest(const RankInfo& rank, int round, const ElasticSlot& slot)> launch;
+  std::function<double()> random;  // in [0, 1): the cooldown's jitter
+};
+
+class ElasticDriver {
+ public:
+  // `hosts`: the first round's hosts (discovery's first run, or -H); `first`: its ranks.
+  ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io);
+  ~ElasticDriver();
+  // Runs the job to its end: its exit code. Every worker is gone when it returns.
+  int run(const std::vector<RankInfo>& first);
+  // Thread-safe (the rendezvous server's callbacks): rank `rank` of round `round` left the
+  // job without hvd_shutdown.
+  void rank_left(int round, int rank);
+  // Thread-safe: end the job (a start time-out, the output failing): `message`, `code`.
+  void request_end(std::string message, int code);
+
+ private:
+  struct Proc;
+  struct Left {
+    int round, rank;
+  };
+  bool step();
+  void begin_round(const ElasticRound& next, const RoundChange& change);
+  void spawn(const ElasticSlot& slot, const RankInfo& rank);
+  void reap();
+  void take_left();
+  void poll_discovery();
+  bool hosts_changed() const;
+  RoundState round_state() const;
+  bool act(const RoundVerdict& v);
+  bool reset(const RoundVerdict& v);
+  void kill_host(const std::string& host, std::string& killed);
+  void try_round();
+  void fail(const std::string& message, int code);
+  void handle_signals(int sigfd);
+  void wait_once(int sigfd);
+  void read_output(Proc& p, int stream);
+  bool all_gone() const;
+  void end_all();
+  Proc* proc_of(const ElasticSlot& slot) const;
+
+  ElasticOptions opts_;
+  double kill_grace_;
+  std::vector<HostSlots> hosts_;  // discovery's latest good list (or -H)
+  ElasticDriverIo io_;
+  HostBlacklist blacklist_;
+  std::vector<std::unique_ptr<Proc>> procs_;
+  ElasticRound round_;
+  int round_no_ = 0;
+  long long update_seq_ = 0;
+  int resets_ = 0;
+  std::optional<double> next_discovery_, waiting_since_, kill_at_, cause_at_;
+  std::string first_failure_;
+  bool said_wait_ = false;
+  bool ending_ = false;
+  int exit_code_ = 0;
+  UniqueFd wake_rd_, wake_wr_;
+  std::mutex mu_;
+  std::vector<Left> left_;  // under mu_
+  std::optional<std::pair<std::string, int>> end_request_;  // under mu_
+  bool waiting_ = false;  // a new round is due, waiting for --min-np slots
+  bool failure_ = false;  // the due round follows a failure
+  std::string cause_;     // what made the due round
+  std::vector<std::pair<std::string, std::optional<double>>> blacklisted_now_;
+  std::optional<double> drain_at_;
+  std::string last_discovery_warning_;
+};
+
+}  // namespace hvdrun

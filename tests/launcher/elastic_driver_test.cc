@@ -1,0 +1,192 @@
+// The elastic driver's loop over a fake process runner (virtual time, no process) and a
+// store that records what it is told: rounds, their keys and updates in order, the failed
+// host's other workers killed, new slots spawned, the wait for --min-np, the job's end.
+#include "launcher/elastic_driver.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include "fake_process_runner.h"
+#include "recording_sink.h"
+
+namespace hvdrun {
+namespace {
+
+struct RecordingStore : ElasticStore {
+  std::vector<std::string> log;  // "begin N size" and "key=value", in order
+  void begin_round(int round, const std::vector<RankInfo>& ranks) override {
+    log.push_back("begin " + std::to_string(round) + " " + std::to_string(ranks.size()));
+  }
+  Status set(const std::string& key, const std::string& value) override {
+    log.push_back(key + "=" + value);
+    return {};
+  }
+  // The entries from the first "begin N" on, up to the next begin.
+  std::vector<std::string> round(int n) const {
+    std::vector<std::string> out;
+    bool in = false;
+    for (const auto& l : log) {
+      if (l.rfind("begin ", 0) == 0) in = l.rfind("begin " + std::to_string(n) + " ", 0) == 0;
+      if (in) out.push_back(l);
+    }
+    return out;
+  }
+};
+
+struct Harness {
+  FakeProcessRunner runner;
+  RecordingStore store;
+  RecordingSink sink;
+  ElasticOptions opts;
+  std::vector<std::string> spawned;  // "slot round rank env..." per spawn
+  // Discovery's output from virtual time `at` on (empty: fixed hosts).
+  std::vector<std::pair<double, std::string>> discovery;
+
+  Harness() {
+    opts.enabled = true;
+    opts.min_np = 1;
+    opts.discovery_interval = 1;
+  }
+  int run(const std::vector<HostSlots>& hosts, std::unique_ptr<ElasticDriver>* out = nullptr) {
+    ElasticDriverIo io{runner, store, sink, nullptr, nullptr, [] { return 0.0; }};
+    if (!discovery.empty()) {
+      opts.discovery_script = "d.sh";
+      io.discover = [this]() -> Result<DiscoveryOutput> {
+        DiscoveryOutput o;
+        for (const auto& [at, text] : discovery)
+          if (runner.now() >= at) o.out = text;
+        return o;
+      };
+    }
+    io.launch = [this](const RankInfo& r, int round, const ElasticSlot& slot) {
+      SpawnRequest q;
+      q.env = elastic_worker_env(round, slot);
+      spawned.push_back(slot_name(slot) + " round " + std::to_string(round) + " rank " + std::to_string(r.rank));
+      return q;
+    };
+    auto d = std::make_unique<ElasticDriver>(opts, 5.0, hosts, io);
+    ElasticDriver* p = d.get();
+    if (out) *out = std::move(d);
+    auto first = next_round({}, hosts, opts.max_np);
+    int code = p->run(first.ranks);
+    return code;
+  }
+  bool noticed(const std::string& part) const {
+    for (const auto& n : sink.notices)
+      if (n.find(part) != std::string::npos) return true;
+    return false;
+  }
+  std::string notices() const {
+    std::string all;
+    for (const auto& n : sink.notices) all += n + "\n";
+    return all;
+  }
+  bool killed(pid_t pid) const {
+    for (const auto& s : runner.sent)
+      if (s.target == pid && s.sig == SIGKILL) return true;
+    return false;
+  }
+};
+
+FakeProcessRunner::Behaviour exits(double at, int code) { return {at, W_EXITCODE(code, 0), 0, SIGTERM}; }
+FakeProcessRunner::Behaviour killed_at(double at) { return {at, SIGKILL, 0, SIGTERM}; }
+
+TEST(ElasticDriver, AHostsFailureEndsTheRoundItsOtherWorkersKilledTheSurvivorsKeepTheirProcesses) {
+  Harness h;
+  // a:0 a:1 b:0 b:1 (pids 1000..1003); b:0 is SIGKILLed at 5, the others finish at 10.
+  h.runner.behaviours = {exits(10, 0), exits(10, 0), killed_at(5)};
+  h.runner.behaviours.push_back({-1, 0, -1, SIGTERM});  // b:1 ignores SIGTERM
+  int code = h.run({{"a", 2}, {"b", 2}});
+  EXPECT_EQ(code, 0) << h.notices();
+  EXPECT_EQ(h.store.round(1), (std::vector<std::string>{
+                                  "begin 1 4", "hvdrun/elastic/round/1/slot/a:0=0 4 0 2 0 2",
+                                  "hvdrun/elastic/round/1/slot/a:1=1 4 1 2 0 2",
+                                  "hvdrun/elastic/round/1/slot/b:0=2 4 0 2 1 2",
+                                  "hvdrun/elastic/round/1/slot/b:1=3 4 1 2 1 2", "hvdrun/elastic/round=1"}));
+  EXPECT_EQ(h.store.round(2), (std::vector<std::string>{
+                                  "begin 2 2", "hvdrun/elastic/round/2/slot/a:0=0 2 0 2 0 1",
+                                  "hvdrun/elastic/round/2/slot/a:1=1 2 1 2 0 1",
+                                  "hvdrun/elastic/round/2/slot/b:0=removed", "hvdrun/elastic/round/2/slot/b:1=removed",
+                                  "hvdrun/elastic/round=2", "hvdrun/elastic/update/1=2 1"}));
+  EXPECT_TRUE(h.killed(1003));   // b's other worker
+  EXPECT_FALSE(h.killed(1000));  // the survivors go on in their processes
+  EXPECT_FALSE(h.killed(1001));
+  EXPECT_EQ(h.spawned.size(), 4u);  // nothing new
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b failed (rank 2 was killed by signal 9 (SIGKILL); rank(s) 3 killed), "
+                        "host b blacklisted for good; size 4 -> 2; 0.0 s"))
+      << h.notices();
+}
+
+TEST(ElasticDriver, AHostAddedByDiscoveryIsANewRoundThatEndsNone) {
+  Harness h;
+  h.discovery = {{0, "a\n"}, {3, "a\nb:2\n"}};
+  h.runner.behaviours = {exits(10, 0), exits(10, 0), exits(10, 0)};
+  EXPECT_EQ(h.run({{"a", 1}}), 0) << h.notices();
+  EXPECT_EQ(h.store.round(2), (std::vector<std::string>{
+                                  "begin 2 3", "hvdrun/elastic/round/2/slot/a:0=0 3 0 1 0 2",
+                                  "hvdrun/elastic/round/2/slot/b:0=1 3 0 2 1 2",
+                                  "hvdrun/elastic/round/2/slot/b:1=2 3 1 2 0 1", "hvdrun/elastic/round=2",
+                                  "hvdrun/elastic/update/1=1 0"}));  // HVD_HOSTS_ADDED, no round ended
+  EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1", "b:1 round 2 rank 2"}));
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: hosts added (b); size 1 -> 3")) << h.notices();
+  EXPECT_TRUE(h.runner.sent.empty());  // nobody killed
+}
+
+TEST(ElasticDriver, BelowMinNpItWaitsThenAHostJoins) {
+  Harness h;
+  h.opts.min_np = 2;
+  h.discovery = {{0, "a\nb\n"}, {6, "a\nb\nc\n"}};
+  h.runner.behaviours = {exits(20, 0), killed_at(2), exits(20, 0)};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: waiting up to 600 s for hosts, 1 slot(s) missing: 1 available, --min-np 2"))
+      << h.notices();
+  EXPECT_EQ(h.store.round(2).front(), "begin 2 2");
+  EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=3 1");  // c added, b removed; round 1 ended
+  EXPECT_EQ(h.spawned.back(), "c:0 round 2 rank 1");
+  EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 was killed by signal 9 (SIGKILL)), host b blacklisted for "
+                        "good; size 2 -> 2; 4.0 s"))
+      << h.notices();
+}
+
+TEST(ElasticDriver, TheElasticTimeoutEndsTheJobNamingTheMissingSlotsAndTheFirstFailure) {
+  Harness h;
+  h.opts.min_np = 2;
+  h.opts.timeout = 10;
+  h.runner.behaviours = {{-1, 0, 0, SIGTERM}, killed_at(2)};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 1);
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: elastic timeout: 10 s waiting for hosts, 1 slot(s) missing: 1 available, "
+                        "--min-np 2; the first failure: rank 1 (host b) was killed by signal 9 (SIGKILL)"))
+      << h.notices();
+  EXPECT_EQ(h.store.round(2).size(), 0u);
+  EXPECT_EQ(h.runner.sent.back().target, 1000);  // the survivor ended with the job
+}
+
+TEST(ElasticDriver, TheResetLimitEndsTheJob) {
+  Harness h;
+  h.opts.reset_limit = 1;
+  h.runner.behaviours = {{-1, 0, 0, SIGTERM}, killed_at(2), exits(4, 1)};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}}), 1);
+  EXPECT_TRUE(h.noticed("reset 1: host b failed")) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: reset limit 1 reached (--reset-limit); the first failure: rank 1 (host b)"))
+      << h.notices();
+}
+
+TEST(ElasticDriver, EveryWorkerFailingEndsTheJobNamingTheFirstFailure) {
+  Harness h;
+  h.runner.behaviours = {exits(2, 3), exits(3, 1)};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 1);
+  EXPECT_TRUE(h.noticed("the first failure: rank 0 (host a) exited with code 3")) << h.notices();
+}
+
+TEST(ElasticDriver, AWorkerThatExits0WithoutHvdShutdownFailsItsHost) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(10, 0), exits(2, 0)};
+  h.runner.at(2.5, [&] { d->rank_left(1, 1); });  // b's rank left the rendezvous without hvd_shutdown
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}, &d), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 exited with code 0 without hvd_shutdown), host b blacklisted"))
+      << h.notices();
+}
+
+}  // namespace
+}  // namespace hvdrun

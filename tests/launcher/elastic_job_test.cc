@@ -1,0 +1,128 @@
+// Elastic jobs end to end: the real hvdrun, libhvdrun and hvdrun.torch.elastic workers
+// (elastic_job_worker.py, Debian's /usr/bin/python3 with torch; skipped without it) on this
+// machine, `localhost` and `127.0.0.1` acting as two hosts (as Horovod's tests do): a
+// host's ranks SIGKILLed (the survivors keep their processes, the size shrinks, training
+// goes on), a host added through the discovery file, every host failing.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "process.h"
+
+using testing_hvdrun::Outcome;
+
+namespace {
+
+bool have_torch() {
+  static int have = -1;
+  if (have < 0) have = testing_hvdrun::run({"/usr/bin/python3", "-c", "import torch"}, 120).exit_code == 0;
+  return have == 1;
+}
+
+Outcome elastic_job(const std::vector<std::string>& args, std::map<std::string, std::string> env) {
+  std::vector<std::string> argv{HVDRUN_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  for (const char* a : {"/usr/bin/python3", TEST_SOURCE_DIR "/launcher/elastic_job_worker.py"}) argv.push_back(a);
+  env["PYTHONPATH"] = PYTHON_SOURCE_DIR;
+  env["HVDRUN_LIBRARY"] = LIBHVDRUN;
+  return testing_hvdrun::run(argv, 240, env);
+}
+
+struct Step {
+  int batch, rank, size;
+  std::string slot;
+  long pid;
+};
+
+std::vector<Step> steps(const std::string& out) {
+  static const std::regex re(R"(STEP batch=(\d+) rank=(\d+) size=(\d+) sum=(\d+) slot=(\S+) pid=(\d+))");
+  std::vector<Step> s;
+  for (const auto& line : testing_hvdrun::split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, re)) continue;
+    EXPECT_EQ(m[3], m[4]) << line;  // the allreduce's sum is the size: every rank took part
+    s.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), m[5], std::stol(m[6])});
+  }
+  return s;
+}
+
+// slot -> its pids, over every STEP line.
+std::map<std::string, std::set<long>> pids_by_slot(const std::vector<Step>& s) {
+  std::map<std::string, std::set<long>> m;
+  for (const auto& x : s) m[x.slot].insert(x.pid);
+  return m;
+}
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) ++n;
+  return n;
+}
+
+TEST(ElasticJob, AHostsRanksKilledTheSurvivorsKeepTheirProcessesAndTrainingGoesOn) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  auto o = elastic_job({"--min-np", "1", "-H", "localhost:2,127.0.0.1:2", "-np", "4"}, {{"EW_KILL_SLOT", "127.0.0.1:0"}});
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(count(o.err, "hvdrun: reset "), 1) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: reset 1: host 127.0.0.1 failed (rank 2 was killed by signal 9 (SIGKILL)"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("host 127.0.0.1 blacklisted for good; size 4 -> 2"), std::string::npos) << o.err;
+  auto s = steps(o.out);
+  auto pids = pids_by_slot(s);
+  EXPECT_EQ(pids["localhost:0"].size(), 1u);  // one process each, before and after the reset
+  EXPECT_EQ(pids["localhost:1"].size(), 1u);
+  int before = 0, after = 0, last_batch = -1;
+  for (const auto& x : s) {
+    if (x.size == 4) ++before;
+    if (x.size != 2) continue;
+    ++after;
+    last_batch = std::max(last_batch, x.batch);
+    EXPECT_EQ(x.slot, "localhost:" + std::to_string(x.rank));
+  }
+  EXPECT_GE(before, 4 * 5);  // batches 0..4 on four ranks
+  EXPECT_GT(after, 0);
+  EXPECT_EQ(last_batch, 29);
+  EXPECT_EQ(count(o.out, "DONE rank="), 2) << o.out;
+  EXPECT_EQ(count(o.out, "size=2 batch=30"), 2) << o.out;
+}
+
+TEST(ElasticJob, AHostAddedThroughTheDiscoveryFileJoinsTheRunningJob) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  std::string dir = testing_hvdrun::make_temp_dir();
+  std::string hosts = dir + "/hosts", script = dir + "/discover.sh";
+  std::ofstream(hosts) << "localhost:2\n";
+  std::ofstream(script) << "#!/bin/sh\ncat " << hosts << "\n";
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  auto o = elastic_job({"--min-np", "1", "--host-discovery-script", script},
+                       {{"EW_ADD_AT", "5"}, {"EW_HOSTS", hosts}, {"EW_FINAL_SIZE", "3"}});
+  ASSERT_FALSE(o.timed_out);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_NE(o.err.find("hvdrun: reset 1: hosts added (127.0.0.1); size 2 -> 3"), std::string::npos) << o.err;
+  auto pids = pids_by_slot(steps(o.out));
+  EXPECT_EQ(pids["localhost:0"].size(), 1u);
+  EXPECT_EQ(pids["localhost:1"].size(), 1u);
+  EXPECT_EQ(pids["127.0.0.1:0"].size(), 1u);
+  EXPECT_EQ(count(o.out, "DONE rank="), 3) << o.out;
+  EXPECT_EQ(count(o.out, "size=3 batch="), 3) << o.out;
+}
+
+TEST(ElasticJob, EveryHostFailingEndsTheJobNamingTheFirstFailure) {
+  // Both fail, in either order: the job fails (after a reset, or at once when both ends are
+  // seen together), naming the first failure seen.
+  auto o = testing_hvdrun::run({HVDRUN_BIN, "--min-np", "1", "-H", "localhost:1,127.0.0.1:1", "sh", "-c", "exit 3"},
+                               120);
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_TRUE(std::regex_search(o.err, std::regex("hvdrun: elastic: (every worker failed|every host of the job is "
+                                                  "blacklisted); the first failure: rank [01] \\(host "
+                                                  "(localhost|127\\.0\\.0\\.1)\\) exited with code 3")))
+      << o.err;
+}
+
+}  // namespace

@@ -140,9 +140,7 @@ Result<hvd_handle_t> Engine::submit(Request r) {
       return e;
     }
     const auto head = local_.find(r.spec.name);
-    if ((head != local_.end() && (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second))) ||
-        (!held_done_.empty() && held_done_.count(r.spec.name)))
-      return refuse_duplicate(std::move(r));
+    if (name_taken(r, head != local_.end() ? head->second.get() : nullptr)) return refuse_duplicate(std::move(r));
     op = std::make_shared<Op>();
     op->handle = next_handle_++;
     op->caller_waits = t_caller_waits;
@@ -168,6 +166,11 @@ Result<hvd_handle_t> Engine::submit(Request r) {
   // waits for or polls starts at most park_idle late.
   if (!t_caller_waits) wake(/*unpark=*/false);
   return op->handle;
+}
+
+bool Engine::name_taken(const Request& r, const Op* head) const {
+  if (head && (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head))) return true;
+  return !held_done_.empty() && held_done_.count(r.spec.name);  // finished, its handle not yet waited for
 }
 
 bool Engine::submitted_pending(const std::string& name, const Op& head) const {

@@ -134,6 +134,8 @@ class Engine {
   // (mu_) Whether a submitted request (not a refusal) is pending under the name whose
   // pending head is `head`.
   bool submitted_pending(const std::string& name, const Op& head) const;
+  // (mu_) Whether submit refuses r as a duplicate; head: the name's entry in local_, or null.
+  bool name_taken(const Request& r, const Op* head) const;
   // (mu_) The error for a submission of a pending name, whose refusal is queued behind it.
   Error refuse_duplicate(Request r);
   Status wait_done(const std::shared_ptr<Op>& op);

@@ -7,8 +7,10 @@
 # on one rank leaves the others waiting in the next one under any launcher), killed and
 # counted as hung after $HVDRUN_SUITE_TIMEOUT seconds (also the ranks' --start-timeout: a
 # loaded machine takes long to import torch and collect the tests before hvd.init). For each
-# interpreter and rank count: the counts of passed/failed/skipped/hung, then each failure,
-# hang and skip with a one-line reason, then the passed names; each verdict is also kept in
+# interpreter and rank count: the counts of passed/failed/skipped/hung/upstream (failed or
+# hung here and on Horovod's own Gloo build alike: UPSTREAM in scripts/lib/horovod_suite.py),
+# then each failure, hang, upstream and skip with a one-line reason, then the passed names;
+# each verdict is also kept in
 # $HVDRUN_SUITE_RESULTS/<python>-np<N>/<test id>.
 #   interpreters ($HVDRUN_SUITE_PYTHONS, default "debian venv"): Debian's /usr/bin/python3
 #   (its torch 1.13) with hvdrun `cmake --install`ed from $BUILD_DIR, and the PyPI torch 2.x
@@ -18,7 +20,8 @@
 # `cmake --install` prefix for Debian's python (none is made); HVDRUN_SUITE_VENV_PREFIX=1
 # gives the venv the `cmake --install`ed package on PYTHONPATH instead of a `pip install`
 # (faster while iterating). Needs a full build in $BUILD_DIR.
-# Exit status 1 when a test failed or hung. Never modifies HOROVOD_SRC.
+# A subset: HVDRUN_SUITE_FILTER='process_set|join' (jobs at once are safe: each hvdrun takes
+# its own ports). Exit status 1 when a test failed or hung. Never modifies HOROVOD_SRC.
 set -euo pipefail
 [ $# -eq 1 ] && [ -f "$1/test/parallel/test_torch.py" ] ||
   { echo "usage: $0 HOROVOD_SRC (a Horovod checkout with test/parallel/test_torch.py)" >&2; exit 2; }

@@ -140,10 +140,10 @@ Result<hvd_handle_t> Engine::submit(Request r) {
       return e;
     }
     const auto head = local_.find(r.spec.name);
-    if (head != local_.end() && (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head->second)))
-      return refuse_duplicate(std::move(r));
+    if (name_taken(r, head != local_.end() ? head->second.get() : nullptr)) return refuse_duplicate(std::move(r));
     op = std::make_shared<Op>();
     op->handle = next_handle_++;
+    op->caller_waits = t_caller_waits;
     op->req = std::move(r);
     op->submitted = now_s();
     ops_[op->handle] = op;
@@ -168,6 +168,11 @@ Result<hvd_handle_t> Engine::submit(Request r) {
   return op->handle;
 }
 
+bool Engine::name_taken(const Request& r, const Op* head) const {
+  if (head && (r.spec.kind == OpKind::kJoin || submitted_pending(r.spec.name, *head))) return true;
+  return !held_done_.empty() && held_done_.count(r.spec.name);  // finished, its handle not yet waited for
+}
+
 bool Engine::submitted_pending(const std::string& name, const Op& head) const {
   if (!head.req.spec.refused) return true;
   auto b = behind_.find(name);
@@ -187,6 +192,12 @@ Error Engine::refuse_duplicate(Request r) {
   op->req.spec = std::move(r.spec);
   op->req.spec.refused = true;
   op->submitted = now_s();
+  if (!local_.count(op->req.spec.name)) {  // the name's earlier operation has finished (held_done_)
+    local_[op->req.spec.name] = op;
+    queue_.push_back(std::move(op));
+    wake(/*unpark=*/false);  // announced in the next cycle, as a submission (takes no lock of ours)
+    return e;
+  }
   behind_[op->req.spec.name].push_back(std::move(op));
   return e;
 }
@@ -220,7 +231,13 @@ int Engine::poll(hvd_handle_t h) {
 
 void Engine::release(hvd_handle_t h) {
   std::lock_guard<std::mutex> lk(mu_);
-  ops_.erase(h);
+  auto it = ops_.find(h);
+  if (it == ops_.end()) return;
+  if (it->second->held_done) {
+    auto held = held_done_.find(it->second->req.spec.name);
+    if (--held->second == 0) held_done_.erase(held);
+  }
+  ops_.erase(it);
 }
 
 static Error unknown_handle(hvd_handle_t h) {
@@ -474,6 +491,10 @@ void Engine::complete(const std::string& name, Status s) {
   }
   op->status = s;
   op->done = true;
+  if (op->handle && !op->caller_waits) {  // (a refusal has no handle)
+    op->held_done = true;
+    ++held_done_[name];
+  }
   if (opts_.timeline) opts_.timeline->done(name);
   done_cv_.notify_all();
 }

@@ -90,7 +90,9 @@ class Engine {
 
   // Checks the request locally and queues it. Thread-safe. The k-th submission of a name on
   // a rank pairs with the k-th on every other rank, whatever the threads' timing. One
-  // submitted while the same name is pending on this rank is refused at once
+  // submitted while the same name is pending on this rank (an asynchronous operation's name
+  // until its handle is waited for, as in Horovod's handle map: whether the earlier one has
+  // finished yet is timing, not the program's order) is refused at once
   // (kInvalidArgument), and the refusal takes its turn: the submission each other
   // rank pairs with it fails with the same kind, naming this rank. So every rank reaches
   // the same decision, also when two threads race one name and only some ranks see them
@@ -136,6 +138,8 @@ class Engine {
   // (mu_) Whether a submitted request (not a refusal) is pending under the name whose
   // pending head is `head`.
   bool submitted_pending(const std::string& name, const Op& head) const;
+  // (mu_) Whether submit refuses r as a duplicate; head: the name's entry in local_, or null.
+  bool name_taken(const Request& r, const Op* head) const;
   // (mu_) The error for a submission of a pending name, whose refusal is queued behind it.
   Error refuse_duplicate(Request r);
   Status wait_done(const std::shared_ptr<Op>& op);
@@ -194,6 +198,9 @@ class Engine {
   // (mu_) Later submissions of a name pending in local_ (refusals and the requests after
   // them), in order: the first takes the name's place when it completes.
   std::unordered_map<std::string, std::deque<std::shared_ptr<Op>>> behind_;
+  // (mu_) Names of finished asynchronous operations whose handles are not yet waited for,
+  // with how many: such a name is still taken (see submit).
+  std::unordered_map<std::string, int> held_done_;
   std::vector<std::shared_ptr<Op>> queue_;                      // submitted, not yet announced
   hvd_handle_t next_handle_ = 1;
   std::atomic<bool> broken_{false};  // written under mu_; drive() reads it without

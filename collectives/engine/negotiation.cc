@@ -38,12 +38,19 @@ std::string join_ints(const std::vector<int>& v) {
   return s;
 }
 
+std::string shapes_or_counts(const Spec& s, bool rows) {
+  if (!s.shapes.empty() || rows || s.kind == OpKind::kReducescatter) return shapes_label(s, rows);
+  std::string out;
+  for (size_t k = 0; k < s.counts.size(); ++k) out += (k ? " [" : "[") + std::to_string(s.counts[k]) + "]";
+  return out;
+}
+
 struct Field {
   const char* what;
   std::function<std::string(const Spec&)> get;
 };
 
-std::vector<Field> spec_fields(const Spec& base, bool several) {
+std::vector<Field> spec_fields(const Spec& base, bool several, bool shaped) {
   std::vector<Field> fields = {
       {"operation", [](const Spec& s) { return std::string(op_kind_name(s.kind)); }},
       {"memory", [](const Spec& s) { return std::string(s.device ? "device" : "host"); }},
@@ -53,8 +60,12 @@ std::vector<Field> spec_fields(const Spec& base, bool several) {
       {"prescale factor", [](const Spec& s) { return fmt_double(s.prescale); }},
       {"postscale factor", [](const Spec& s) { return fmt_double(s.postscale); }},
       {"number of tensors", [](const Spec& s) { return std::to_string(s.counts.size()); }},
-      // Horovod's: the whole shape, or every dimension but the first where rows differ.
-      {"tensor shapes", [rows = per_rank_rows(base.kind)](const Spec& s) { return shapes_label(s, rows); }},
+      // Horovod's: the whole shape, or every dimension but the first where rows differ. A call
+      // described by no shapes holds tensors of one dimension ("[count]"; a 0-d one has a shape);
+      // where no rank gave shapes, the counts below say what differs.
+      {"tensor shapes", [rows = per_rank_rows(base.kind), shaped](const Spec& s) {
+         return shaped ? shapes_or_counts(s, rows) : std::string();
+       }},
       {"elements per row", [](const Spec& s) { return std::to_string(s.row_elems); }},
   };
   if (!per_rank_rows(base.kind))
@@ -83,7 +94,8 @@ std::string describe_mismatch(const std::string& name, const std::vector<const S
   if (first == specs.end()) return "";
   const Spec* base = *first;
   const bool several = std::any_of(specs.begin(), specs.end(), [](const Spec* s) { return s && !s->dtypes.empty(); });
-  for (auto& f : spec_fields(*base, several)) {
+  const bool shaped = std::any_of(specs.begin(), specs.end(), [](const Spec* s) { return s && !s->shapes.empty(); });
+  for (auto& f : spec_fields(*base, several, shaped)) {
     auto groups = field_groups(f, specs);
     if (groups.size() < 2) continue;
     std::string msg = std::string(op_kind_name(base->kind)) + " '" + name + "': mismatched " + f.what + ":";

@@ -33,6 +33,8 @@ struct PendingOp {
   std::vector<char> output;  // kept output (allgatherv, alltoall without a recv buffer)
   int join_last = -1;
   double submitted = 0;
+  bool caller_waits = false;  // submitted under Engine::CallerWaits (a blocking call)
+  bool held_done = false;     // (Engine::mu_) done, its handle not yet waited: counted in held_done_
 };
 
 }  // namespace hvdrun

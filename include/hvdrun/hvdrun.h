@@ -148,8 +148,9 @@ HVD_API int hvd_allgather(const void* sendbuf, void* recvbuf, size_t sendcount, 
  * in the same order on every rank. Each rank's request is checked against the others'
  * (operation, dtype, counts or shapes, reduction op, root, scales, host/device memory): a
  * mismatch fails the operation on every rank with HVD_ERR_MISMATCH and a message naming
- * the tensor, the ranks and their values. A name already pending on this rank is
- * HVD_ERR_INVALID_ARGUMENT at once, and the same decision reaches every rank: the k-th
+ * the tensor, the ranks and their values. A name already pending on this rank (an
+ * asynchronous request's name stays taken until its handle is waited for, finished or not,
+ * so that the decision does not depend on timing) is HVD_ERR_INVALID_ARGUMENT at once, and the same decision reaches every rank: the k-th
  * submission of a name pairs with the k-th on every rank, so the request each other rank
  * pairs with the refused one fails too (HVD_ERR_INVALID_ARGUMENT, naming the rank that
  * refused it), whether or not it overlapped with an earlier one there. A peer that dies or calls hvd_shutdown fails every

@@ -388,9 +388,10 @@ def wait_result(handle: int, recv: int, what: str) -> None:
 # --- Shapes and process sets ----------------------------------------------------------------
 def next_call(process_set: int, shapes: Sequence[Sequence[int]]) -> None:
     """Describes the next collective this thread submits: its process set and its tensors'
-    shapes (which the ranks then agree on, as Horovod's do). In the global set, tensors of at
-    most one dimension need none: their counts say as much (and the call saves its cost)."""
-    if process_set == 0 and all(len(s) <= 1 for s in shapes):
+    shapes (which the ranks then agree on, as Horovod's do). In the global set, tensors of one
+    dimension need none: their counts say as much (and the call saves its cost); a 0-d tensor
+    has a shape of its own (Horovod's [] is not [1])."""
+    if process_set == 0 and all(len(s) == 1 for s in shapes):
         return
     n = len(shapes)
     flat = [int(d) for s in shapes for d in s]

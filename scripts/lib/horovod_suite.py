@@ -5,7 +5,8 @@
                           what is not Python's own (cloudpickle, mock, horovod.runner: Horovod's
                           launcher's test helpers, which the torch tests do not call)
   verdict DIR NP RC       one job's verdict from its ranks' files (see horovod_suite_conftest.py)
-  summary DIR LABEL       the counts and names of one configuration's verdicts
+  summary DIR LABEL       the counts and names of one configuration's verdicts (DIR ends in
+                          -np<N>: a test in UPSTREAM that fails there counts as upstream)
 """
 import ast
 import os
@@ -54,14 +55,42 @@ def verdict(out_dir, np_, rc):
     return "failed", "ranks disagree: " + ", ".join(f"rank {r} {k}" for k, _, r in ranks)
 
 
+# Tests that fail or hang on Horovod 0.28.1's own CPU/Gloo build too (run there with its
+# horovodrun --gloo on this machine's Debian torch, same rank count): the test's name, the
+# fewest ranks from which this holds, and why. One of these that fails or hangs here counts
+# as "upstream", not as a failure; one that passes counts as passed.
+UPSTREAM = {
+    "test_horovod_allreduce_prescale": (3, "float16 compared at threshold 0 when size <= 3: the expected "
+                                        "3*m, computed in float32, is no float16 value"),
+    "test_horovod_reducescatter_prescale": (3, "as test_horovod_allreduce_prescale (the ranks whose "
+                                            "comparison fails leave; the others wait: a hang)"),
+    "test_horovod_grouped_reducescatter_prescale": (3, "as test_horovod_allreduce_prescale"),
+    "test_horovod_join_allgather": (3, "after the first round the unnamed allgathers of the ranks "
+                                    "that did not join first are out of step: a hang"),
+    "test_process_set_barrier_op": (3, "timing: an even rank that leaves the preceding allreduce later "
+                                    "than rank 0 measures less than rank 0's 5 s sleep"),
+}
+
+
+def _np_of(res_dir):
+    tail = os.path.basename(os.path.normpath(res_dir)).rpartition("-np")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
 def summary(res_dir, label):
     rows = {}
+    np_ = _np_of(res_dir)
     for name in sorted(n for n in os.listdir(res_dir) if not n.endswith(".log")):
         kind, _, reason = open(os.path.join(res_dir, name)).read().strip().partition(" ")
+        known = UPSTREAM.get(name.split("::")[-1])
+        if kind in ("failed", "hung") and known and np_ >= known[0]:
+            kind, reason = "upstream", f"{kind} here and on Horovod's own Gloo build: {known[1]}"
+        if kind == "skipped" and reason in ("", "Skipped"):
+            reason = "skipped by the test itself (@unittest.skip in Horovod's source)"
         rows.setdefault(kind, []).append((name, reason))
-    counts = ", ".join(f"{len(rows.get(k, []))} {k}" for k in ("passed", "failed", "skipped", "hung"))
+    counts = ", ".join(f"{len(rows.get(k, []))} {k}" for k in ("passed", "failed", "skipped", "hung", "upstream"))
     print(f"== {label}: {counts}")
-    for kind in ("failed", "hung", "skipped"):
+    for kind in ("failed", "hung", "upstream", "skipped"):
         for name, reason in rows.get(kind, []):
             print(f"  {kind.upper():7} {name}: {reason}")
     print("  PASSED  " + " ".join(n.split("::")[-1] for n, _ in rows.get("passed", [])))

@@ -1,5 +1,6 @@
 // The engine when ranks disagree: a cached name changed on one rank, groups of different
-// dtypes, every mismatch kind, a malformed message, a duplicate refused on one rank.
+// dtypes, every mismatch kind, a malformed message, a duplicate refused on one rank, a
+// finished name taken until its handle is waited for.
 #include "engine_test_util.h"
 
 namespace hvdrun {
@@ -249,6 +250,45 @@ TEST(Engine, ADuplicateRefusedOnOneRankFailsItsCounterpartOnEveryRank) {
       if (auto s = e.wait(*h); !s) out += s.error().message;
       if (o[0] != 2.f) out += " reuse result " + std::to_string(o[0]);
     }
+    return out;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;
+}
+
+// Horovod's test_horovod_allreduce_duplicate_name_error: an asynchronous operation's name
+// stays taken after it finished, until its handle is waited for (whether it has finished
+// when the second comes is timing). Rank 0 waits for its first before submitting again,
+// rank 1 does not: rank 1's second is refused (announced on its own, nothing else pending
+// under the name), and rank 0's second fails as its counterpart. Then the name works again.
+TEST(Engine, AFinishedNameIsTakenUntilItsHandleIsWaitedFor) {
+  const int n = 2;
+  Job job(n);
+  auto res = on_all(n, [&](int r) -> std::string {
+    Engine& e = *job.engines[r];
+    std::vector<float> in(4, 1.f), o(4), o2(4);
+    std::string out;
+    auto h = e.submit(allreduce_req("held", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+    if (!h) return h.error().message;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (e.poll(*h) != 1)
+      if (std::chrono::steady_clock::now() > deadline) return "the first 'held' did not finish";
+    if (r == 0 && !e.wait(*h)) out += "first failed on rank 0; ";
+    auto h2 = e.submit(allreduce_req("held", in.data(), o2.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+    if (r == 1) {
+      if (h2 || h2.error().kind != ErrorKind::kInvalidArgument ||
+          h2.error().message.find("'held': a request with this name is already pending") == std::string::npos)
+        out += "a finished, unwaited name was taken again; ";
+      if (!e.wait(*h)) out += "first failed on rank 1; ";
+    } else {
+      Status s = h2 ? e.wait(*h2) : Status(h2.error());
+      if (s || s.error().message.find("refused on rank 1") == std::string::npos)
+        out += "rank 0's second did not fail as rank 1's refusal: " + (s ? std::string("ok") : s.error().message);
+    }
+    if (o[0] != 2.f) out += " result " + std::to_string(o[0]);
+    auto h3 = e.submit(allreduce_req("held", in.data(), o.data(), 4, HVD_FLOAT32, HVD_OP_SUM));
+    if (!h3) return out + h3.error().message;
+    if (auto s = e.wait(*h3); !s) out += s.error().message;
+    if (o[0] != 2.f) out += " reuse result " + std::to_string(o[0]);
     return out;
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(res[r], "") << "rank " << r;

@@ -66,6 +66,18 @@ TEST(Negotiation, EqualCountsOfDifferentShapesAreAMismatchNamingTheShapes) {
             "allreduce 'a': mismatched tensor shapes: [17,1311] on ranks 0,2; [17,23,57] on rank 1");
 }
 
+// A 0-d tensor (shape []) against a [1] one, same count: a call described by no shapes holds
+// one-dimensional tensors ([count]), so they differ as in Horovod.
+TEST(Negotiation, AZeroDimensionalTensorIsNotAOneElementVector) {
+  Cluster c(2);
+  for (int r = 0; r < 2; ++r) c.msgs[r].specs = {allreduce("s", 1)};
+  c.msgs[0].specs[0].shapes = {0};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().message, "allreduce 's': mismatched tensor shapes: [] on rank 0; [1] on rank 1");
+}
+
 // Allgather's and alltoall's first dimensions differ from rank to rank; the others may not.
 TEST(Negotiation, RowShapedKindsCompareEveryDimensionButTheFirst) {
   Cluster c(2);

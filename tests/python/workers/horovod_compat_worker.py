@@ -5,6 +5,7 @@ gradients), sparse allreduce, Adasum, and the errors Horovod raises."""
 import os
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -202,6 +203,26 @@ def horovods_errors_on_every_rank():
     refused(lambda: hvd.allreduce(t, name="mixed"), RuntimeError)
     refused(lambda: hvd.reducescatter(t.reshape(5, 1), name="mixed.rs"), RuntimeError)
     equal(hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after"), torch.full((2,), float(n)))
+
+
+@check
+def a_finished_name_is_taken_until_synchronized():
+    # Horovod's test_horovod_allreduce_duplicate_name_error asks a second allreduce_async of a
+    # name to raise while the first's handle is held; whether the first has finished by then
+    # is timing (under load it had, and the second went through), so the name stays taken
+    # until synchronize, on every rank alike: the refusals pair with each other.
+    h = hvd.allreduce_async(torch.ones(4), op=hvd.Sum, name="held")
+    deadline = time.monotonic() + 60
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline, "the allreduce did not finish in 60 s"
+        time.sleep(0.001)
+    try:
+        hvd.allreduce_async(torch.ones(4), op=hvd.Sum, name="held")
+        raise AssertionError("a finished but unsynchronized name was taken again")
+    except ValueError:
+        pass
+    equal(hvd.synchronize(h), torch.full((4,), float(n)))
+    equal(hvd.synchronize(hvd.allreduce_async(torch.ones(4), op=hvd.Sum, name="held")), torch.full((4,), float(n)))
 
 
 @check

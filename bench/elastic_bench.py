@@ -86,16 +86,26 @@ class Run:
         return (self.work / "out").read_text()[-3000:]
 
     def finish(self, deadline: float) -> None:
+        """Waits up to `deadline` s for the launch to end, then kills what is left of it."""
         end = time.time() + deadline
         for p in self.procs:
             try:
                 p.wait(max(0.1, end - time.time()))
             except subprocess.TimeoutExpired:
                 pass
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        # SIGTERM first: horovodrun then removes its multiprocessing semaphores from /dev/shm.
+        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+            left = [p for p in self.procs if p.poll() is None]
+            for p in left:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+            for p in left:
+                try:
+                    p.wait(grace)
+                except subprocess.TimeoutExpired:
+                    pass
         self.out.close()
 
 
@@ -181,10 +191,7 @@ def measure_lost(tool: Tool, warm: int, deadline: float) -> Tuple[float, bool]:
             kept = set(run.ranks_of(A)) == survivors
             return t - t_kill, kept
         finally:
-            for p in run.procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-            run.finish(5)
+            run.finish(0)
 
 
 def measure_added(tool: Tool, warm: int, deadline: float) -> float:
@@ -200,10 +207,7 @@ def measure_added(tool: Tool, warm: int, deadline: float) -> float:
             t = run.wait_for(lambda: run.first_step_after(t_add, 4), deadline, "a step at size 4 after the add")
             return t - t_add
         finally:
-            for p in run.procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-            run.finish(5)
+            run.finish(0)
 
 
 def measure_commit(tool: Tool, calls: int, deadline: float) -> float:
@@ -222,6 +226,9 @@ def main() -> int:
     ap.add_argument("--hvdrun", required=True)
     ap.add_argument("--horovodrun", required=True)
     ap.add_argument("--python", required=True, help="the interpreter with torch and Horovod (the peer venv)")
+    ap.add_argument("--hvdrun-python", default="/usr/bin/python3",
+                    help="hvdrun's interpreter: the same torch without Horovod, so that `import horovod.torch` "
+                         "is hvdrun's shim (with a real Horovod importable, --horovod-compat runs that)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warm", type=int, default=30, help="steps before the kill or the add")
     ap.add_argument("--commit-calls", type=int, default=200)
@@ -232,7 +239,7 @@ def main() -> int:
     tools: List[Tool] = []
     for name in a.tools.split(","):
         if name == "hvdrun":
-            tools.append(HorovodLike("hvdrun", a.python, [a.hvdrun, "--horovod-compat"]))
+            tools.append(HorovodLike("hvdrun", a.hvdrun_python, [a.hvdrun, "--horovod-compat"]))
         elif name == "horovodrun":
             tools.append(HorovodLike("horovodrun", a.python, [a.horovodrun, "--gloo", "--network-interface", "lo"]))
         elif name == "torchrun":

@@ -271,6 +271,10 @@ JobRun::Stop JobRun::set_up_horovod_compat() {
   if (!real) return fail(real.error());
   if (real->empty()) {
     base.python_path_prepend = shim;
+  } else if (opts.elastic.enabled) {
+    return fail(error_of(ErrorKind::kUsage, "--horovod-compat with elastic flags: a real Horovod is importable (" +
+                                                *real + "), whose elastic mode needs horovodrun's driver; run an "
+                                                "interpreter without it (horovod.torch.elastic is then hvdrun's)"));
   } else {
     std::fprintf(stderr, "hvdrun: --horovod-compat: a real Horovod is importable (%s); the workers use it, "
                  "not hvdrun's shim\n", real->c_str());

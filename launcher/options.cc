@@ -523,6 +523,12 @@ Result<ParsedCommandLine> parse_command_line(const std::vector<std::string>& arg
   auto elastic = resolve_elastic(app, v.elastic, o.np, count_fixed_hosts(o));
   if (!elastic) return elastic.error();
   o.elastic = *elastic;
+  // A real Horovod's elastic mode needs horovodrun's own driver service (its workers talk to
+  // it, not to a store): hvdrun's elastic driver serves hvdrun.torch.elastic only.
+  if (o.horovod && o.elastic.enabled)
+    return error_of(ErrorKind::kUsage, "--horovod with elastic flags: a real Horovod's elastic mode needs horovodrun's "
+                                       "driver; run the program with --horovod-compat (horovod.torch.elastic is then "
+                                       "hvdrun.torch.elastic) or under horovodrun");
   if (auto s = resolve_binding(app, v, o); !s) return s.error();
   return out;
 }

@@ -13,6 +13,9 @@ if ! [ -x "$BUILD_DIR/cli/hvdrun" ] || ! [ -e "$BUILD_DIR/collectives/libhvdrun.
   scripts/build.sh --target hvdrun --target libhvdrun >/dev/null
 fi
 export HVDRUN_LIBRARY=$PWD/$BUILD_DIR/collectives/libhvdrun.so
+# hvdrun runs the loop on Debian's python3 (the peer venv's torch, without Horovod: there
+# `import horovod.torch` is hvdrun's shim) with the package from this tree.
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 # Neither launcher inherits an enclosing job.
 for v in $(compgen -e); do
   case $v in HOROVOD_* | HVDRUN_RENDEZVOUS* | HVDRUN_SECRET*) unset "$v" ;; esac

@@ -44,3 +44,23 @@ def test_horovods_elastic_test_program_runs_unchanged(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert [(x["epoch"], x["batch"], x["commits"], x["rank"], x["size"], x["rendezvous"]) for x in lines] == \
         [(0, 3, 3, 0, 2, 1), (1, 3, 7, 0, 2, 1)], lines  # (logged before the epoch's commit)
+
+
+@pytest.mark.parametrize("flag", ["--horovod-compat", "--horovod"])
+def test_a_real_horovods_elastic_is_refused_by_name(tmp_path: Path, flag: str) -> None:
+    """A real Horovod's elastic mode talks to horovodrun's driver service, which hvdrun does
+    not serve: an elastic launch of one is refused before anything starts (it was run, and
+    its workers aborted in Gloo after 30 s)."""
+    fake = tmp_path / "site" / "horovod"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    ran = tmp_path / "ran"
+    j = run_job(2, ["-c", f"open({str(ran)!r}, 'a').write('x')"], timeout=60,
+                env={"PYTHONPATH": str(tmp_path / "site")},
+                hvdrun_args=[flag, "--min-np", "2", "-H", "localhost:1,127.0.0.1:1"])
+    assert j.rc == 2, str(j)
+    line = [l for l in j.err.splitlines() if "elastic" in l]
+    assert line and "horovodrun" in line[0], j.err
+    if flag == "--horovod-compat":
+        assert str(tmp_path / "site" / "horovod") in line[0], j.err
+    assert not ran.exists(), "a worker ran"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -163,8 +164,17 @@ class Torchrun(Tool):
     def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: List[Tuple[str, int]]) -> None:
         self.port += 1
         self.agents = {}
-        for h, n in hosts:
+        for i, (h, n) in enumerate(hosts):
             self.agent(run, h, n, 2)
+            if i == 0:  # the first host's agent holds the c10d store: the host that is never lost
+                run.wait_for(self.store_up, 60, "torchrun's c10d store")
+
+    def store_up(self) -> Optional[bool]:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return None
 
     def lose(self, run: Run, host: str) -> List[int]:
         pids = run.ranks_of(host)
@@ -245,33 +255,42 @@ def main() -> int:
         elif name == "torchrun":
             tools.append(Torchrun(a.python, 29500 + os.getpid() % 1000))
     res: Dict[Tuple[str, str], List[float]] = {}
+    failed: Dict[Tuple[str, str], int] = {}
     parts = a.parts.split(",")
     for r in range(a.rounds):
         for tool in tools:  # the tools alternate within each round
-            if "lost" in parts:
-                secs, kept = measure_lost(tool, a.warm, a.deadline)
-                res.setdefault((tool.name, "lost"), []).append(secs)
-                print(f"round {r} {tool.name} lost: {secs:.3f} s to the first step at size 2; survivors kept their PIDs: {kept}", flush=True)
-            if "added" in parts:
-                secs = measure_added(tool, a.warm, a.deadline)
-                res.setdefault((tool.name, "added"), []).append(secs)
-                print(f"round {r} {tool.name} added: {secs:.3f} s to the first step at size 4", flush=True)
-            if "commit" in parts and not isinstance(tool, Torchrun):
-                secs = measure_commit(tool, a.commit_calls, a.deadline)
-                res.setdefault((tool.name, "commit"), []).append(secs)
-                print(f"round {r} {tool.name} commit: {secs * 1e6:.1f} us per call", flush=True)
+            for part in parts:
+                if part == "commit" and isinstance(tool, Torchrun):
+                    continue  # (no elastic API: nothing to commit)
+                try:
+                    if part == "lost":
+                        secs, kept = measure_lost(tool, a.warm, a.deadline)
+                        line = f"{secs:.3f} s to the first step at size 2; survivors kept their PIDs: {kept}"
+                    elif part == "added":
+                        secs = measure_added(tool, a.warm, a.deadline)
+                        line = f"{secs:.3f} s to the first step at size 4"
+                    else:
+                        secs = measure_commit(tool, a.commit_calls, a.deadline)
+                        line = f"{secs * 1e6:.1f} us per call"
+                except RuntimeError as e:  # the tool failed: said, and counted as such
+                    failed[(tool.name, part)] = failed.get((tool.name, part), 0) + 1
+                    print(f"round {r} {tool.name} {part}: FAILED: {str(e).splitlines()[0]}", flush=True)
+                    continue
+                res.setdefault((tool.name, part), []).append(secs)
+                print(f"round {r} {tool.name} {part}: {line}", flush=True)
     print(f"\n{'':12}" + "".join(f"{p:>24}" for p in parts))
     for tool in tools:
         row = f"{tool.name:12}"
         for p in parts:
             v = res.get((tool.name, p))
             if not v:
-                row += f"{'-':>24}"
+                row += f"{'-' + (f' ({failed[(tool.name, p)]} failed)' if (tool.name, p) in failed else ''):>24}"
                 continue
             med = statistics.median(v)
             base = res.get(("hvdrun", p))
             ratio = f" ({med / statistics.median(base):.2f}x)" if base and tool.name != "hvdrun" else ""
-            row += f"{(f'{med * 1e6:.0f} us' if p == 'commit' else f'{med:.3f} s') + ratio:>24}"
+            fails = f" +{failed[(tool.name, p)]} failed" if (tool.name, p) in failed else ""
+            row += f"{(f'{med * 1e6:.0f} us' if p == 'commit' else f'{med:.3f} s') + ratio + fails:>24}"
         print(row)
     print("(medians; in brackets: the tool's time over hvdrun's)")
     return 0

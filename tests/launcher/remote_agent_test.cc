@@ -61,6 +61,47 @@ std::optional<agentwire::Frame> next_frame(int fd, agentwire::FrameReader& reade
   }
 }
 
+// An agent process (`hvdrun` in agent mode) on two pipes: its stdin (`in`) and stdout (`out`).
+struct AgentProcess {
+  pid_t child = -1;
+  int in = -1, out = -1;
+};
+
+AgentProcess fork_agent() {
+  int to_agent[2], from_agent[2];
+  if (pipe2(to_agent, O_CLOEXEC) != 0) return {};
+  if (pipe2(from_agent, O_CLOEXEC) != 0) {
+    close(to_agent[0]);
+    close(to_agent[1]);
+    return {};
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    block_handled_signals();  // as hvdrun's main does before anything else
+    dup2(to_agent[0], 0);
+    dup2(from_agent[1], 1);
+    _exit(run_agent_mode({"--start-timeout=20"}));
+  }
+  close(to_agent[0]);
+  close(from_agent[1]);
+  return {child, to_agent[1], from_agent[0]};
+}
+
+// Closes the agent's pipes and waits up to 5 s for it to exit (then kills it): the pid
+// waitpid returned (the child's when it exited in time).
+pid_t reap_agent(AgentProcess& a) {
+  close(a.in);
+  close(a.out);
+  int st = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 500 && (r = waitpid(a.child, &st, WNOHANG)) == 0; ++i) usleep(10000);
+  if (r == 0) {
+    kill(a.child, SIGKILL);
+    waitpid(a.child, &st, 0);
+  }
+  return r;
+}
+
 // An agent whose job has ended (kDone sent) while hvdrun keeps the link open: when its
 // main returns, nothing else of it runs. Its control and heartbeat threads used to stay,
 // detached, with references into the returned frame (the LocalAgent, the link, the frame
@@ -155,20 +196,9 @@ TEST(RemoteAgent, NothingOfTheAgentRunsOnceItsMainReturns) {
 // hvdrun's stdin for a remote rank 0 (kStdin frames): the agent says how much of it rank 0
 // has taken (kStdinTaken), for hvdrun to send no more than kStdinWindow ahead of it.
 TEST(RemoteAgent, SaysHowMuchOfItsStdinRankZeroTook) {
-  int to_agent[2], from_agent[2];
-  ASSERT_EQ(pipe2(to_agent, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(from_agent, O_CLOEXEC), 0);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    block_handled_signals();
-    dup2(to_agent[0], 0);
-    dup2(from_agent[1], 1);
-    _exit(run_agent_mode({"--start-timeout=20"}));
-  }
-  close(to_agent[0]);
-  close(from_agent[1]);
-  int out = from_agent[0], in = to_agent[1];
+  AgentProcess agent = fork_agent();
+  ASSERT_GT(agent.child, 0);
+  int out = agent.out, in = agent.in;
   agentwire::FrameReader reader;
   auto hello = next_frame(out, reader, 20);
   ASSERT_TRUE(hello && hello->type == Type::kHello);
@@ -206,16 +236,7 @@ TEST(RemoteAgent, SaysHowMuchOfItsStdinRankZeroTook) {
   ASSERT_TRUE(f) << "no kDone from the agent";
   EXPECT_EQ(f->payload, "{\"code\":0}");
   EXPECT_EQ(taken, total);
-  close(in);
-  close(out);
-  int st = 0;
-  pid_t r = 0;
-  for (int i = 0; i < 500 && (r = waitpid(child, &st, WNOHANG)) == 0; ++i) usleep(10000);
-  if (r == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &st, 0);
-  }
-  EXPECT_EQ(r, child) << "the agent did not exit within 5 s of its kDone";
+  EXPECT_EQ(reap_agent(agent), agent.child) << "the agent did not exit within 5 s of its kDone";
 }
 
 // An agent runs a job asking for its Python's facts once the workers run
@@ -228,18 +249,9 @@ std::vector<agentwire::Frame> frames_of_python_job(const std::string& dir, const
     std::fclose(f);
   }
   chmod(exe.c_str(), 0755);
-  int to_agent[2], from_agent[2];
-  if (pipe2(to_agent, O_CLOEXEC) != 0 || pipe2(from_agent, O_CLOEXEC) != 0) return {};
-  pid_t child = fork();
-  if (child == 0) {
-    block_handled_signals();
-    dup2(to_agent[0], 0);
-    dup2(from_agent[1], 1);
-    _exit(run_agent_mode({"--start-timeout=20"}));
-  }
-  close(to_agent[0]);
-  close(from_agent[1]);
-  int out = from_agent[0], in = to_agent[1];
+  AgentProcess agent = fork_agent();
+  if (agent.child <= 0) return {};
+  int out = agent.out, in = agent.in;
   agentwire::FrameReader reader;
   std::vector<agentwire::Frame> frames;
   auto hello = next_frame(out, reader, 20);
@@ -258,15 +270,7 @@ std::vector<agentwire::Frame> frames_of_python_job(const std::string& dir, const
         if (f->type == Type::kDone) break;
       }
   }
-  close(in);
-  close(out);
-  int st = 0;
-  pid_t r = 0;
-  for (int i = 0; i < 500 && (r = waitpid(child, &st, WNOHANG)) == 0; ++i) usleep(10000);
-  if (r == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &st, 0);
-  }
+  reap_agent(agent);
   return frames;
 }
 

@@ -226,7 +226,6 @@ void LocalAgent::spawn_workers(std::vector<WorkerLaunch>& launches, int rank0_st
     l.request.stdin_fd = l.rank == 0 ? rank0_stdin : -1;
     // The child registers itself (before its exec: no moment in which hvdrun could die with
     // the worker unwatched), so nothing here tells the watchdog again.
-    l.request.register_table = watchdog_ ? watchdog_->table() : nullptr;
     l.request.register_fd = watchdog_ ? watchdog_->fd() : -1;
     auto spawned = runner_.spawn(l.request);
     if (!spawned) {

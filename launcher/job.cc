@@ -566,7 +566,6 @@ SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticS
   q.env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(base, *addressing, r.host), r,
                                           r.host_index));
   for (auto& v : elastic_worker_env(round, slot)) q.env.push_back(std::move(v));
-  q.register_table = watchdog ? watchdog->table() : nullptr;
   q.register_fd = watchdog ? watchdog->fd() : -1;
   return q;
 }

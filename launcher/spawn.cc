@@ -74,7 +74,6 @@ struct ChildPlan {
   sigset_t none;
   const char* exe;
   int fds[3];          // its stdin, stdout, stderr
-  GroupTable* table;   // the watchdog's table (nullptr: none)
   int reg, status_fd;  // the watchdog's pipe (-1: none); exec's errno goes to status_fd
   bool bind;
   cpu_set_t cpus;  // its CPUs, when bind
@@ -94,7 +93,6 @@ ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd,
   c.fds[0] = in_fd;
   c.fds[1] = out_fd;
   c.fds[2] = err_fd;
-  c.table = req.register_table;
   c.reg = req.register_fd;
   c.status_fd = status_fd;
   c.bind = !req.cpus.empty();
@@ -105,23 +103,15 @@ ChildPlan child_plan(const SpawnRequest& req, int in_fd, int out_fd, int err_fd,
   return c;
 }
 
-// Tells the watchdog of the child's group (v > 0) or of its end (v < 0): through its table
-// if the group is there or fits, else through its pipe. True when the table took it.
-bool tell_watchdog(const ChildPlan& c, int32_t v, bool in_table) {
-  if (v > 0 && c.table && c.table->add(v)) return true;
-  if (v < 0 && in_table) return c.table->remove(-v);
-  if (c.reg >= 0)
-    while (write(c.reg, &v, sizeof v) < 0 && errno == EINTR) {
-    }
-  return false;
-}
-
 // The forked child: its own process group, registered with the watchdog, a clean signal
 // state, its three descriptors, then exec (or exec's errno to the parent, and exit 127).
 [[noreturn]] void run_child(const ChildPlan& c) {
   setpgid(0, 0);
-  const auto self = static_cast<int32_t>(getpid());
-  bool in_table = tell_watchdog(c, self, false);
+  if (c.reg >= 0) {
+    int32_t v = static_cast<int32_t>(getpid());
+    while (write(c.reg, &v, sizeof v) < 0 && errno == EINTR) {
+    }
+  }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int s : c.defaults) sigaction(s, &dfl, nullptr);
@@ -135,9 +125,13 @@ bool tell_watchdog(const ChildPlan& c, int32_t v, bool in_table) {
   if (c.nice > 0) setpriority(PRIO_PROCESS, 0, c.nice);       // (one below ours is refused: ours stays)
   execve(c.exe, c.argv.data(), c.envp.data());
   int e = errno;
-  // The group ends with this child, which the parent reaps at once: the watchdog forgets
-  // it first, while its id is still ours (a reused one is never signalled).
-  tell_watchdog(c, -self, in_table);
+  if (c.reg >= 0) {
+    // The group ends with this child, which the parent reaps at once: the watchdog forgets
+    // it first, while its id is still ours (a reused one is never signalled).
+    int32_t v = -static_cast<int32_t>(getpid());
+    while (write(c.reg, &v, sizeof v) < 0 && errno == EINTR) {
+    }
+  }
   while (write(c.status_fd, &e, sizeof e) < 0 && errno == EINTR) {
   }
   _exit(127);

@@ -1,6 +1,6 @@
 // Starting one worker: its own process group, stdout/stderr into pipes, a clean signal
 // state, and the environment we built. fork and exec: the child tells the watchdog its
-// process group itself, before exec (see SpawnRequest::register_table).
+// process group itself, before exec (see SpawnRequest::register_fd).
 #pragma once
 
 #include <sys/types.h>
@@ -10,7 +10,6 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
-#include "launcher/group_table.h"
 
 namespace hvdrun {
 
@@ -23,13 +22,11 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] as the user wrote it
   std::vector<std::string> env;   // "K=V"
   int stdin_fd = -1;              // -1: /dev/null
-  // The watchdog's table (nullptr: none) and pipe (-1: none). The child adds its pid (its
-  // process group) to the table, or writes it to the pipe when it has no table or the table
-  // is full, before exec, so that no moment exists where the worker runs and the watchdog
-  // does not know it: hvdrun killed while a worker was being spawned (posix_spawn waits
-  // for the child's exec, milliseconds for a large program) left that worker running. The
-  // child holds the pipe until exec, so the watchdog cannot see hvdrun's end before it.
-  GroupTable* register_table = nullptr;
+  // The watchdog's pipe (-1: none). The child writes its pid (its process group) there
+  // before exec, so that no moment exists where the worker runs and the watchdog does not
+  // know it: hvdrun killed while a worker was being spawned (posix_spawn waits for the
+  // child's exec, milliseconds for a large program) left that worker running. The child
+  // holds the pipe until exec, so the watchdog cannot see hvdrun's end before it.
   int register_fd = -1;
   std::vector<int> cpus;  // the CPUs it is bound to before its exec (placement.h); empty: not bound
   int nice = 0;           // raised to this before its exec (a helper that must not slow the ranks)

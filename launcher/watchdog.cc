@@ -25,11 +25,9 @@ void sleep_ms(long ms) {
   }
 }
 
-// Runs in the forked child: only async-signal-safe calls from here on. The pipe says
-// "disarm", or groups that did not fit the table (and their end); at its EOF the table's
-// groups join them.
-[[noreturn]] void watchdog_main(int fd, const GroupTable* table, double grace) {
-  static int32_t groups[kMaxGroups + GroupTable::kSlots];
+// Runs in the forked child: only async-signal-safe calls from here on.
+[[noreturn]] void watchdog_main(int fd, double grace) {
+  static int32_t groups[kMaxGroups];
   int n = 0;
   bool disarmed = false;
   while (true) {
@@ -50,7 +48,6 @@ void sleep_ms(long ms) {
     if (n < kMaxGroups) groups[n++] = v;
   }
   if (disarmed) _exit(0);
-  if (table) n += table->list(groups + n, GroupTable::kSlots);
   for (int i = 0; i < n; ++i) {
     kill(-groups[i], SIGCONT);  // a stopped group would hold SIGTERM until the SIGKILL
     kill(-groups[i], SIGTERM);
@@ -73,12 +70,8 @@ Result<Watchdog> Watchdog::start(double grace_seconds) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return error_of(ErrorKind::kLaunchFailed, std::string("watchdog: pipe: ") + std::strerror(errno));
   UniqueFd rd(fds[0]), wr(fds[1]);
-  GroupTable* table = GroupTable::create();  // (none: the pipe carries every group)
   pid_t pid = fork();
-  if (pid < 0) {
-    GroupTable::destroy(table);
-    return error_of(ErrorKind::kLaunchFailed, std::string("watchdog: fork: ") + std::strerror(errno));
-  }
+  if (pid < 0) return error_of(ErrorKind::kLaunchFailed, std::string("watchdog: fork: ") + std::strerror(errno));
   if (pid == 0) {
     // Own process group, deaf to the signals meant for hvdrun and its terminal.
     setpgid(0, 0);
@@ -99,12 +92,11 @@ Result<Watchdog> Watchdog::start(double grace_seconds) {
     // Close everything but the pipe's read end.
     if (rd.get() > 3) close_range(3, static_cast<unsigned>(rd.get()) - 1, 0);
     close_range(static_cast<unsigned>(rd.get()) + 1, ~0U, 0);
-    watchdog_main(rd.get(), table, grace_seconds);
+    watchdog_main(rd.get(), grace_seconds);
   }
   Watchdog w;
   w.pipe_ = std::move(wr);
   w.pid_ = pid;
-  w.table_ = table;
   return w;
 }
 
@@ -116,18 +108,15 @@ Watchdog::~Watchdog() {
     while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
     }
   }
-  GroupTable::destroy(table_);
 }
 
 void Watchdog::watch(pid_t pgid) {
-  if (table_ && table_->add(pgid)) return;
   int32_t v = pgid;
   while (write(pipe_.get(), &v, sizeof v) < 0 && errno == EINTR) {
   }
 }
 
 void Watchdog::forget(pid_t pgid) {
-  if (table_ && table_->remove(pgid)) return;
   int32_t v = -pgid;
   while (write(pipe_.get(), &v, sizeof v) < 0 && errno == EINTR) {
   }

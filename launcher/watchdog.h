@@ -1,8 +1,7 @@
-// A small process forked from hvdrun that outlives it: it knows each worker's process
-// group from the table it shares with hvdrun (group_table.h; its pipe when that is full);
-// if the pipe closes without a "disarm" (hvdrun was killed, even by SIGKILL), it sends
-// SIGTERM to every group, waits the grace period and sends SIGKILL. This is how no worker
-// survives its launcher.
+// A small process forked from hvdrun that outlives it: hvdrun tells it each worker's
+// process group over a pipe; if the pipe closes without a "disarm" (hvdrun was killed,
+// even by SIGKILL), it sends SIGTERM to every group, waits the grace period and sends
+// SIGKILL. This is how no worker survives its launcher.
 #pragma once
 
 #include <sys/types.h>
@@ -11,15 +10,13 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
-#include "launcher/group_table.h"
 
 namespace hvdrun {
 
 class Watchdog {
  public:
   static Result<Watchdog> start(double grace_seconds);
-  Watchdog(Watchdog&& o) noexcept
-      : pipe_(std::move(o.pipe_)), pid_(std::exchange(o.pid_, -1)), table_(std::exchange(o.table_, nullptr)) {}
+  Watchdog(Watchdog&& o) noexcept : pipe_(std::move(o.pipe_)), pid_(std::exchange(o.pid_, -1)) {}
   Watchdog& operator=(Watchdog&&) = delete;
   ~Watchdog();
 
@@ -30,17 +27,14 @@ class Watchdog {
   // Normal end: every group is already gone; the watchdog exits without killing anything.
   void disarm();
   pid_t pid() const { return pid_; }
-  // Where a worker being spawned adds its process group itself (SpawnRequest::
-  // register_table), as watch() does; the pipe's write end when the table is full
-  // (SpawnRequest::register_fd).
-  GroupTable* table() const { return table_; }
+  // The pipe's write end: a worker being spawned writes its process group there itself
+  // (SpawnRequest::register_fd), as watch() does.
   int fd() const { return pipe_.get(); }
 
  private:
   Watchdog() = default;
   UniqueFd pipe_;
   pid_t pid_ = -1;
-  GroupTable* table_ = nullptr;
 };
 
 }  // namespace hvdrun

@@ -165,49 +165,6 @@ TEST(SpawnWorker, AChildWhoseExecFailedUnregistersItsGroupBeforeItExits) {
   EXPECT_EQ(v[1], -v[0]);
 }
 
-// With the watchdog's table the child adds its group there and writes nothing to the
-// watchdog's pipe: the write woke the watchdog, which preempted the child on its way to
-// exec while hvdrun waited for that exec.
-TEST(SpawnWorker, TheChildAddsItsGroupToTheTableAndWritesNothingToThePipe) {
-  GroupTable* table = GroupTable::create();
-  ASSERT_NE(table, nullptr);
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
-  SpawnRequest r = sh("exit 3");
-  r.register_table = table;
-  r.register_fd = fds[1];
-  auto w = spawn_worker(r);
-  close(fds[1]);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  int32_t listed[4];
-  ASSERT_EQ(table->list(listed, 4), 1);
-  EXPECT_EQ(listed[0], w->pid);
-  EXPECT_EQ(read_all(fds[0]), "") << "the pipe carried a word";  // (EOF: the child's copy closed)
-  close(fds[0]);
-  EXPECT_EQ(exit_code_of(reap(w->pid)), 3);
-  GroupTable::destroy(table);
-}
-
-TEST(SpawnWorker, AChildWhoseExecFailedTakesItsGroupOutOfTheTable) {
-  GroupTable* table = GroupTable::create();
-  ASSERT_NE(table, nullptr);
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
-  SpawnRequest r = sh("");
-  r.exe = "/nonexistent/hvdrun-test-program";
-  r.argv = {"hvdrun-test-program"};
-  r.register_table = table;
-  r.register_fd = fds[1];
-  auto w = spawn_worker(r);
-  close(fds[1]);
-  ASSERT_FALSE(w.ok());
-  int32_t listed[4];
-  EXPECT_EQ(table->list(listed, 4), 0);
-  EXPECT_EQ(read_all(fds[0]), "") << "the pipe carried a word";  // (EOF: the child's copy closed)
-  close(fds[0]);
-  GroupTable::destroy(table);
-}
-
 TEST(SpawnWorker, StdinIsTheGivenDescriptorOrDevNull) {
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);

@@ -122,33 +122,6 @@ TEST(Watchdog, AWorkerThatRegisteredItselfIsEnded) {
   EXPECT_EQ(exit_code_of(*st), 128 + SIGTERM);
 }
 
-// The same through the watchdog's table (SpawnRequest::register_table), which hvdrun's
-// workers use: the watchdog reads it when hvdrun is gone. A group forgotten there (it
-// ended, its id may be another's) is not signalled.
-TEST(Watchdog, AWorkerInItsTableIsEndedAndAForgottenOneIsNot) {
-  pid_t pid = -1;
-  pid_t forgotten = group_running("exec sleep 60");
-  {
-    auto wd = Watchdog::start(0.5);
-    ASSERT_TRUE(wd.ok());
-    ASSERT_NE(wd->table(), nullptr);
-    SpawnRequest r;
-    r.exe = "/bin/sh";
-    r.argv = {"sh", "-c", "exec sleep 60"};
-    r.register_table = wd->table();
-    auto w = spawn_worker(r);
-    ASSERT_TRUE(w.ok()) << w.error().message;
-    pid = w->pid;
-    wd->watch(forgotten);
-    wd->forget(forgotten);
-  }
-  auto st = ended_within(pid, 10);
-  ASSERT_TRUE(st);
-  EXPECT_EQ(exit_code_of(*st), 128 + SIGTERM);
-  EXPECT_FALSE(ended_within(forgotten, 0)) << "the watchdog signalled a group it was told had ended";
-  end_group(forgotten);
-}
-
 TEST(Watchdog, IsDeafToTheSignalsMeantForHvdrun) {
   pid_t a = group_running("exec sleep 60");
   // As in hvdrun, the signals it handles are blocked when it forks the watchdog.

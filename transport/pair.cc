@@ -205,11 +205,13 @@ Error lost_error(Pair& p, int err) {
 }
 
 // The TCP connection beside a shared-memory ring carries nothing after the handshake: EOF
-// or an error on it means the peer's process is gone.
+// or an error on it means the peer's process is gone. A reset says the same as an end of
+// stream there (a killed peer with unread handshake bytes resets instead of closing), so
+// both are named alike, whichever the kernel reports first.
 Status check_alive(Pair& p) {
   char c;
   ssize_t n = ::recv(p.fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0) return closed_error(p);
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return closed_error(p);
   if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return lost_error(p, errno);
   return {};

@@ -456,14 +456,13 @@ TEST(ShmPair, KilledLocalPeerIsNoticedFastAndNamed) {
   spec.recv = buf;
   spec.recv_len = sizeof buf;
   Pair none;
-  auto t0 = Clock::now();
-  auto s = transfer(&none, &*in, spec, 30, 50);
-  auto took = Clock::now() - t0;
+  // The time-out is far beyond the test's deadline: only the liveness check can end it.
+  auto s = transfer(&none, &*in, spec, 600, 50);
   killer.get();
   peer.reap();
   ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().kind, ErrorKind::kPeerLost);
   EXPECT_EQ(s.error().message, "connection to rank 0 (host h) closed (the peer exited or failed)");
-  EXPECT_LT(took, std::chrono::seconds(2));
 }
 
 // A sender killed with a block posted: its memory is gone, and the receiver names it.

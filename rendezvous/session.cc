@@ -285,6 +285,11 @@ bool Session::on_set(const Frame& f) {
     if (auto peer = parse_int(kv->second, "lost peer", 0, static_cast<long long>(s.peers.size()) - 1))
       s.cbs.on_lost(rank_, static_cast<int>(*peer));
   }
+  if (current() && elastic_round_ > 0 && s.cbs.on_elastic_commit &&
+      kv->first == kElasticCommitKeyPrefix + std::to_string(elastic_round_)) {
+    if (auto commit = parse_int(kv->second, "elastic commit", 0, 1ll << 62))
+      s.cbs.on_elastic_commit(elastic_round_, *commit);
+  }
   if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
   send(MsgType::kOk, "");
   s.notify_key(kv->first);

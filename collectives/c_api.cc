@@ -191,6 +191,13 @@ int hvd_elastic_updates(long long* seq, int* kinds) {
   });
 }
 
+int hvd_elastic_commit(long long commit) {
+  return guarded([&]() -> hvdrun::Status {
+    if (commit < 0) return make_error(ErrorKind::kInvalidArgument, "hvd_elastic_commit: commit is negative");
+    return rt().report_commit(commit);
+  });
+}
+
 int hvd_rank(void) { return view_field([](const hvdrun::RankView& v) { return v.rank; }); }
 int hvd_size(void) { return view_field([](const hvdrun::RankView& v) { return v.size; }); }
 int hvd_local_rank(void) { return view_field([](const hvdrun::RankView& v) { return v.local_rank; }); }

@@ -74,6 +74,11 @@ class GpuCollectives {
   }
   // Host bytes to device memory (hvd_wait_result of a device operation).
   virtual Status copy_to_device(void*, const void*, size_t) { return unsupported("copies to device memory"); }
+  // Thread-safe, from any thread: the communicators are aborted now (an elastic round is
+  // over, round_device.h); a call in progress returns `why`, and so does every later call.
+  // Default: nothing to abort (the staging and host backends run on the CPU ring, which
+  // the round's end interrupts).
+  virtual void abort(const Error& why) { (void)why; }
 
  protected:
   static Error unsupported(const std::string& what) {

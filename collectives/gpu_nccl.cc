@@ -1,7 +1,10 @@
 // The NCCL backend: one communicator per process over every rank, its unique id relayed by
 // hvdrun's rendezvous, collectives on a stream this runtime owns.
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "collectives/cuda_util.h"
@@ -55,26 +58,38 @@ class NcclCollectives : public GpuCollectives {
       : nccl_(nccl), rank_(s.rank), size_(s.size), device_(device), timeout_s_(s.timeout_s), on_fatal_(s.on_fatal), comm_(comm), stream_(stream) {}
 
   ~NcclCollectives() override {
-    if (comm_) {
-      if (broken_) nccl_.CommAbort(comm_);
-      else nccl_.CommDestroy(comm_);
-    }
+    if (comm_) nccl_.CommDestroy(comm_);  // (an aborted or broken one is gone already)
     if (stream_) cudaStreamDestroy(stream_);
   }
 
+  // From the elastic watcher's thread (round_device.h): the communicator is aborted, which
+  // ends the NCCL kernels a collective waits on; that collective and every later one
+  // return `why`. comm_mu_ keeps the abort apart from a call enqueueing on the communicator.
+  void abort(const Error& why) override {
+    std::lock_guard<std::mutex> lk(comm_mu_);
+    if (!comm_) return;
+    abort_error_ = why;
+    aborted_ = true;
+    nccl_.CommAbort(comm_);
+    comm_ = nullptr;
+  }
+
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_allreduce"); !s) return s;
     ncclResult_t r = nccl_.AllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_);
-    return finish("hvd_allreduce", r);
+    return finish("hvd_allreduce", r, lk);
   }
 
   Status broadcast(void* buf, size_t count, hvd_dtype_t dtype, int root) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_broadcast"); !s) return s;
     ncclResult_t r = nccl_.Broadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_);
-    return finish("hvd_broadcast", r);
+    return finish("hvd_broadcast", r, lk);
   }
 
   Status allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_allgather"); !s) return s;
     size_t bytes = count * dtype_size(dtype);
     char* mine = static_cast<char*>(recv) + bytes * rank_;
@@ -86,7 +101,7 @@ class NcclCollectives : public GpuCollectives {
       send = mine;
     }
     ncclResult_t r = nccl_.AllGather(send, recv, count, nccl_dtype(dtype), comm_, stream_);
-    return finish("hvd_allgather", r);
+    return finish("hvd_allgather", r, lk);
   }
 
   // Prescale and postscale fold into one NCCL pre-multiplied sum (sum(f x_i) = f sum(x_i)),
@@ -97,6 +112,7 @@ class NcclCollectives : public GpuCollectives {
     if (prescale == 1 && postscale == 1) return allreduce(send, recv, count, dtype, op);
     if (op != HVD_OP_SUM && op != HVD_OP_AVERAGE)
       return unsupported(std::string("prescale/postscale with ") + op_name(op) + " on device memory");
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_allreduce_async"); !s) return s;
     double f = prescale * postscale / (op == HVD_OP_AVERAGE ? size_ : 1);
     float f32 = static_cast<float>(f);
@@ -110,12 +126,14 @@ class NcclCollectives : public GpuCollectives {
         r != ncclSuccess)
       return nccl_error(nccl_, "ncclRedOpCreatePreMulSum", r, comm_);
     ncclResult_t r = nccl_.AllReduce(send, recv, count, nccl_dtype(dtype), pre_mul, comm_, stream_);
-    Status st = finish("hvd_allreduce_async", r);
+    Status st = finish("hvd_allreduce_async", r, lk);
+    if (!lk.owns_lock()) lk.lock();
     if (comm_) nccl_.RedOpDestroy(pre_mul, comm_);
     return st;
   }
 
   Status allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes, std::vector<char>* kept) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_allgatherv"); !s) return s;
     size_t total = 0;
     std::vector<size_t> off;
@@ -133,12 +151,13 @@ class NcclCollectives : public GpuCollectives {
     for (int p = 0; p < size_ && r == ncclSuccess; ++p)
       r = nccl_.Broadcast(p == rank_ ? send : out + off[p], out + off[p], bytes[p], ncclChar, p, comm_, stream_);
     ncclResult_t e = nccl_.GroupEnd();
-    if (auto s = finish("hvd_allgatherv", r != ncclSuccess ? r : e); !s) return s;
+    if (auto s = finish("hvd_allgatherv", r != ncclSuccess ? r : e, lk); !s) return s;
     if (!recv) return to_host(out, total, kept);
     return {};
   }
 
   Status alltoallv(const void* send, const std::vector<size_t>& bytes, int me, std::vector<char>* kept) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_alltoall"); !s) return s;
     size_t in_total = 0;
     std::vector<size_t> roff(size_), soff(size_);
@@ -158,13 +177,14 @@ class NcclCollectives : public GpuCollectives {
       if (r == ncclSuccess && in_b) r = nccl_.Recv(tmp.p + roff[p], in_b, ncclChar, p, comm_, stream_);
     }
     ncclResult_t e = nccl_.GroupEnd();
-    if (auto s = finish("hvd_alltoall", r != ncclSuccess ? r : e); !s) return s;
+    if (auto s = finish("hvd_alltoall", r != ncclSuccess ? r : e, lk); !s) return s;
     return to_host(tmp.p, in_total, kept);
   }
 
   // Horovod's uneven split: a full allreduce into a scratch buffer, then this rank's rows.
   Status reducescatter(const void* send, void* recv, size_t count, size_t first, size_t mine, hvd_dtype_t dtype,
                        hvd_op_t op) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_reducescatter"); !s) return s;
     const size_t es = dtype_size(dtype);
     DeviceBuffer tmp;
@@ -173,10 +193,11 @@ class NcclCollectives : public GpuCollectives {
     if (r == ncclSuccess && mine)
       HVDRUN_CUDA_TRY("hvd_reducescatter: cudaMemcpyAsync",
                       cudaMemcpyAsync(recv, tmp.p + first * es, mine * es, cudaMemcpyDeviceToDevice, stream_));
-    return finish("hvd_reducescatter", r);
+    return finish("hvd_reducescatter", r, lk);
   }
 
   Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    std::unique_lock<std::mutex> lk(comm_mu_);
     if (auto s = ready("hvd_wait_result"); !s) return s;
     HVDRUN_CUDA_TRY("hvd_wait_result: cudaMemcpy", cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     return {};
@@ -202,7 +223,9 @@ class NcclCollectives : public GpuCollectives {
     return {};
   }
 
+  // Under comm_mu_ (held while the call enqueues).
   Status ready(const char* what) {
+    if (aborted_) return *abort_error_;
     if (broken_) return make_error(ErrorKind::kNccl,
                                    std::string(what) + ": the NCCL communicator was aborted: " + broken_reason_);
     // The caller may have another device current on this thread.
@@ -210,10 +233,12 @@ class NcclCollectives : public GpuCollectives {
     return {};
   }
 
-  // Waits for the stream, watching NCCL's asynchronous errors and HVDRUN_TIMEOUT: a dead
-  // or silent peer aborts the communicator instead of hanging the rank.
-  Status finish(const char* what, ncclResult_t enqueued) {
+  // Waits for the stream (comm_mu_ released), watching an abort, NCCL's asynchronous
+  // errors and HVDRUN_TIMEOUT: a dead or silent peer aborts the communicator instead of
+  // hanging the rank.
+  Status finish(const char* what, ncclResult_t enqueued, std::unique_lock<std::mutex>& lk) {
     if (enqueued != ncclSuccess) return nccl_error(nccl_, std::string(what), enqueued, comm_);
+    lk.unlock();
     using Clock = std::chrono::steady_clock;
     auto start = Clock::now();
     auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
@@ -222,11 +247,15 @@ class NcclCollectives : public GpuCollectives {
       if (e == cudaSuccess) return {};
       if (e != cudaErrorNotReady) return cuda_error(std::string(what) + ": cudaStreamQuery", e);
       ncclResult_t async = ncclSuccess;
-      nccl_.CommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(nccl_, what, async, comm_));
+      {
+        std::lock_guard<std::mutex> g(comm_mu_);
+        if (aborted_) return *abort_error_;  // the round is over: the kernels were ended
+        nccl_.CommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) return fail(nccl_error(nccl_, what, async, comm_));
+      }
       auto now = Clock::now();
       if (now > deadline)
-        return fail(make_error(ErrorKind::kTimeout,
+        return fail_locked(make_error(ErrorKind::kTimeout,
                                std::string(what) + ": no progress in " + std::to_string(static_cast<int>(timeout_s_)) +
                                    " s (HVDRUN_TIMEOUT); a peer is gone or did not make the same call"));
       // Spin (yielding) for the first 50 ms, as cudaStreamSynchronize's default schedule
@@ -237,6 +266,13 @@ class NcclCollectives : public GpuCollectives {
     }
   }
 
+  Error fail_locked(Error e) {
+    std::lock_guard<std::mutex> g(comm_mu_);
+    if (aborted_) return *abort_error_;
+    return fail(std::move(e));
+  }
+
+  // Under comm_mu_.
   Error fail(Error e) {
     broken_ = true;
     broken_reason_ = e.message;
@@ -250,10 +286,13 @@ class NcclCollectives : public GpuCollectives {
   int rank_, size_, device_;
   double timeout_s_;
   std::function<void(const std::string&)> on_fatal_;
+  std::mutex comm_mu_;  // comm_ and the state below
   ncclComm_t comm_;
   cudaStream_t stream_;
   bool broken_ = false;
   std::string broken_reason_;
+  std::atomic<bool> aborted_{false};  // by abort(): the elastic round is over
+  std::optional<Error> abort_error_;
 };
 
 }  // namespace

@@ -87,15 +87,8 @@ Status Runtime::init() {
   auto addr = tunable_if_set("HVDRUN_RENDEZVOUS_ADDR");
   if (!addr) return init_alone();
   round_ended_ = false;
-  if (tunable_string("HVDRUN_ELASTIC") == "1") {
-    if (auto s = register_elastic(*addr); !s) return s;
-    if (auto s = bring_up(); !s) {
-      watch_client_.reset();
-      return s;
-    }
-    start_watcher();
-    return {};
-  }
+  round_end_.reset();
+  if (tunable_string("HVDRUN_ELASTIC") == "1") return init_elastic(*addr);
   auto view = rank_view_from_env([](const char* n) { return tunable_if_set(n); });
   if (!view) return view.error();
   if (auto s = register_rank(*addr, *view); !s) return s;
@@ -192,14 +185,14 @@ Status Runtime::bring_up() {
     // The device's set-up names no rank: here this rank's error, as the engine's
     // fail_all makes it on the first device call.
     if (auto s = ensure_gpu(); !s) {
-      ring_comm_.reset();
+      drop_ring();
       client_.reset();
       return as_rank(s.error().kind, view_.rank, s.error());
     }
   }
   if (auto s = start_engine(); !s) {
     gpu_.reset();
-    ring_comm_.reset();
+    drop_ring();
     client_.reset();
     return s;
   }
@@ -241,7 +234,7 @@ RingOptions Runtime::ring_options() const {
 Status Runtime::connect_ring() {
   const RingOptions ro = ring_options();
   if (view_.size == 1) {
-    ring_comm_ = std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro);
+    publish_ring(std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, ro));
     return {};
   }
   transport::PairOptions po = pair_options(ro.timeout_s);
@@ -255,7 +248,7 @@ Status Runtime::connect_ring() {
   std::string to = !right->is_shm() ? "TCP" : right->shm()->single_copy() ? "shared memory (single copy)" : "shared memory";
   spdlog::debug("rank {}: to rank {} over {}, from rank {} over {}", view_.rank, ring_.right.rank, to, ring_.left.rank,
                 left->is_shm() ? "shared memory" : "TCP");
-  ring_comm_ = std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro);
+  publish_ring(std::make_unique<Ring>(view_.rank, view_.size, std::move(*right), std::move(*left), ro));
   report_ring_failures();
   if (view_.local_size == view_.size && po.shm_accept) {
     if (auto s = attach_host_segment(); !s) return s;
@@ -317,8 +310,11 @@ Status Runtime::attach_host_segment() {
   return {};
 }
 
-Status Runtime::ensure_gpu() {
-  if (gpu_) return {};
+Result<GpuCollectives*> Runtime::ensure_gpu() {
+  return gpu_.get([this] { return make_gpu(); });
+}
+
+Result<std::unique_ptr<GpuCollectives>> Runtime::make_gpu() {
   GpuSetup g;
   g.rank = view_.rank;
   g.size = view_.size;
@@ -330,10 +326,7 @@ Status Runtime::ensure_gpu() {
   g.timeout_s = tunable_double("HVDRUN_TIMEOUT");
   g.generation = gpu_generation_++;
   g.on_fatal = [this](const std::string& m) { report_fatal(m); };
-  auto made = make_gpu_collectives(g);
-  if (!made) return made.error();
-  gpu_ = std::move(*made);
-  return {};
+  return make_gpu_collectives(g);
 }
 
 RankView Runtime::view() const {
@@ -353,7 +346,7 @@ Status Runtime::start_engine() {
     timeline_ = std::move(*t);
   }
   if (!tl.empty()) o.timeline = timeline_.get();
-  engine_ = std::make_shared<Engine>(ring_comm_.get(), std::move(o));
+  publish_engine(std::make_shared<Engine>(ring_comm_.get(), std::move(o)));
   return {};
 }
 
@@ -368,10 +361,7 @@ EngineOptions Runtime::engine_options() {
   o.cache_capacity = static_cast<size_t>(tunable_int("HVDRUN_CACHE_CAPACITY"));
   o.stall_check_s = tunable_double("HVDRUN_STALL_CHECK_TIME_SECONDS");
   o.stall_shutdown_s = tunable_double("HVDRUN_STALL_SHUTDOWN_TIME_SECONDS");
-  o.gpu = [this]() -> Result<GpuCollectives*> {
-    if (auto s = ensure_gpu(); !s) return s.error();
-    return gpu_.get();
-  };
+  o.gpu = [this] { return ensure_gpu(); };
   o.on_stall = [this, check_s = o.stall_check_s](const std::string& report, bool fatal) {
     std::lock_guard<std::mutex> lk(client_mu_);
     if (!client_) {

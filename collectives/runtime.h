@@ -18,6 +18,7 @@
 #include "collectives/engine/engine.h"
 #include "collectives/gpu.h"
 #include "collectives/process_sets.h"
+#include "collectives/round_device.h"
 #include "collectives/timeline.h"
 #include "collectives/ring.h"
 #include "rendezvous/client.h"
@@ -121,6 +122,8 @@ class Runtime {
   // Elastic (runtime_elastic.cc): what hvd_elastic_updates answers; the kind a caller sees
   // (in an elastic job a peer's closed connection is the round's end: kReset).
   ElasticUpdates elastic_updates() const;
+  // hvd_elastic_commit: the commit this round starts from, for hvdrun's reset line.
+  Status report_commit(long long commit);
   ErrorKind kind_seen(ErrorKind kind) const;
 
   // Reports a fatal error to hvdrun, which tears the job down with it (best effort).
@@ -160,7 +163,7 @@ class Runtime {
   std::unique_ptr<Ring> ring_comm_;
   std::unique_ptr<Timeline> timeline_;
   std::shared_ptr<Engine> engine_;
-  std::unique_ptr<GpuCollectives> gpu_;  // made at the first device collective
+  RoundDevice gpu_;  // made at the first device collective; aborted when an elastic round ends
   int gpu_generation_ = 0;
   std::mutex blocking_mu_;
   // By kind (never erased): each kind's name and turns, guarded by blocking_mu_.
@@ -175,7 +178,15 @@ class Runtime {
   // it; then the watcher, once the ring is up; the watcher's end of the round.
   Status register_elastic(const std::string& addr);
   void start_watcher();
+  Status init_elastic(const std::string& addr);
   void end_round(long long seq);
+  // The ring and the engine are published under end_mu_ (the watcher runs while hvd_init
+  // connects the ring): one published after the round's end is ended at once.
+  void publish_ring(std::unique_ptr<Ring> ring);
+  void publish_engine(std::shared_ptr<Engine> engine);
+  void drop_ring();
+  std::mutex end_mu_;
+  std::optional<Error> round_end_;        // under end_mu_: why the round ended
   std::atomic<bool> round_ended_{false};  // the watcher ended this process's round
   long long elastic_round_ = 0;           // the round this process registered in (0: not elastic)
   ElasticCounters elastic_counters_;
@@ -189,7 +200,8 @@ class Runtime {
   void report_ring_failures();
   Status attach_host_segment();
   Status start_engine();
-  Status ensure_gpu();
+  Result<GpuCollectives*> ensure_gpu();
+  Result<std::unique_ptr<GpuCollectives>> make_gpu();
   Result<std::shared_ptr<Engine>> engine(const char* what);
   Result<hvd_handle_t> submit(const char* what, Request r);
   EngineOptions engine_options();

@@ -1,6 +1,8 @@
 // The runtime in an elastic job (docs/ELASTIC.md): hvd_init takes this slot's numbers in
 // the job's newest round from the store and registers for that round; a watcher thread
 // follows the membership changes, and ends this process's round when one ends it.
+#include <sys/socket.h>
+
 #include <algorithm>
 
 #include "collectives/runtime.h"
@@ -91,20 +93,66 @@ void Runtime::start_watcher() {
   watch_client_.reset();
 }
 
-// On the watcher's thread, between hvd_init and hvd_shutdown (which joins it first).
+// hvd_init in an elastic job: the watcher starts as soon as this slot is registered, so
+// that a round that ends while hvd_init connects its ring (a peer of it died) ends hvd_init
+// at once with kReset, never after HVDRUN_TIMEOUT.
+Status Runtime::init_elastic(const std::string& addr) {
+  if (auto s = register_elastic(addr); !s) return s;
+  start_watcher();
+  Status s = bring_up();
+  if (s) return s;
+  watcher_.reset();
+  if (!round_ended_) return s;
+  std::lock_guard<std::mutex> lk(end_mu_);
+  return with_message(*round_end_, round_end_->message + " (while hvd_init connected its ring: " + s.error().message + ")");
+}
+
+// On the watcher's thread, from hvd_init's registration to hvd_shutdown (which joins it
+// first): whatever of the round exists stops, and what hvd_init makes later is stopped as
+// it is published.
 void Runtime::end_round(long long seq) {
-  round_ended_ = true;
   const Error e = make_error(ErrorKind::kReset, "elastic round " + std::to_string(elastic_round_) +
                                                     " is over (membership change " + std::to_string(seq) +
                                                     "): hvd_shutdown(), then hvd_init() joins the next round");
+  std::lock_guard<std::mutex> end(end_mu_);
+  round_end_ = e;
+  round_ended_ = true;
+  // hvd_init may be accepting this round's ring connection from a peer that is gone.
+  if (listener_.fd.valid()) ::shutdown(listener_.fd.get(), SHUT_RDWR);
   // Each engine first: it wakes its idle thread off the ring, which interrupt() then takes.
   if (engine_) engine_->end_round(e);
   if (ring_comm_) ring_comm_->interrupt();
+  gpu_.end(e);  // NCCL's communicators aborted: a blocked device collective returns
   std::lock_guard<std::mutex> lk(sets_mu_);
   for (auto& [id, ps] : sets_) {
     if (ps->engine) ps->engine->end_round(e);
     if (ps->ring) ps->ring->interrupt();
   }
+}
+
+void Runtime::publish_ring(std::unique_ptr<Ring> ring) {
+  std::lock_guard<std::mutex> lk(end_mu_);
+  ring_comm_ = std::move(ring);
+  if (round_ended_ && ring_comm_) ring_comm_->interrupt();
+}
+
+void Runtime::publish_engine(std::shared_ptr<Engine> engine) {
+  std::lock_guard<std::mutex> lk(end_mu_);
+  engine_ = std::move(engine);
+  if (round_end_ && engine_) engine_->end_round(*round_end_);
+}
+
+void Runtime::drop_ring() {
+  std::lock_guard<std::mutex> lk(end_mu_);
+  ring_comm_.reset();
+}
+
+Status Runtime::report_commit(long long commit) {
+  if (!initialized_) return make_error(ErrorKind::kNotInitialized, "hvd_elastic_commit: call hvd_init() first");
+  if (elastic_round_ == 0) return {};
+  std::lock_guard<std::mutex> lk(client_mu_);
+  if (!client_) return {};
+  return client_->set(rdv::kElasticCommitKeyPrefix + std::to_string(elastic_round_), std::to_string(commit));
 }
 
 ElasticUpdates Runtime::elastic_updates() const {

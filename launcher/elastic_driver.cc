@@ -32,6 +32,7 @@ struct ElasticDriver::Proc {
   int status = 0;
   bool left = false;    // left the rendezvous without hvd_shutdown
   bool killed = false;  // by the driver
+  bool group_gone = false;  // exited and its group empty: its id is never signalled again
   UniqueFd pipes[2];
   LineSplitter split[2];
   WorkerEnd end() const {
@@ -70,6 +71,15 @@ void ElasticDriver::request_end(std::string message, int code) {
   [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
 }
 
+void ElasticDriver::commit_reported(int round, long long commit) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    commits_.emplace_back(round, commit);
+  }
+  char c = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+}
+
 int ElasticDriver::run(const std::vector<RankInfo>& first) {
   UniqueFd sigfd = io_.runner.open_signals();
   ElasticRound r;
@@ -78,6 +88,7 @@ int ElasticDriver::run(const std::vector<RankInfo>& first) {
   begin_round(r, RoundChange{});
   if (io_.discover) next_discovery_ = io_.runner.now() + opts_.discovery_interval;
   while (step()) wait_once(sigfd.get());
+  say_reset_line("no commit reported before the job's end");
   for (auto& p : procs_)
     for (int s = 0; s < 2; ++s)
       if (p->pipes[s].valid())
@@ -89,15 +100,18 @@ int ElasticDriver::run(const std::vector<RankInfo>& first) {
 // What came since the last step, and the verdicts now due. False when the job is over.
 bool ElasticDriver::step() {
   reap();
+  forget_ended_groups();
   take_left();
   if (!ending_) {
     if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
     act(judge_round(round_state()));
   }
+  if (line_until_ && io_.runner.now() >= *line_until_)
+    say_reset_line("no commit reported in " + std::to_string(static_cast<int>(kCommitReportWait)) + " s");
   if (ending_ && all_gone()) return false;
   if (kill_at_ && io_.runner.now() >= *kill_at_) {
     for (auto& p : procs_)
-      if (!p->exited) io_.runner.signal_group(p->pid, SIGKILL);
+      if (!p->group_gone) io_.runner.signal_group(p->pid, SIGKILL);
     kill_at_.reset();
   }
   return true;
@@ -159,14 +173,32 @@ void ElasticDriver::reap() {
     }
 }
 
+// Groups whose leader was reaped are looked at until they are empty, then forgotten, here
+// and by the watchdog (as the non-elastic agent does: LocalAgent::forget_ended_groups).
+void ElasticDriver::forget_ended_groups() {
+  for (auto& p : procs_)
+    if (p->exited && !p->group_gone && !io_.runner.group_alive(p->pid)) {
+      p->group_gone = true;
+      if (io_.group_ended) io_.group_ended(p->pid);
+    }
+}
+
 void ElasticDriver::take_left() {
   std::vector<Left> left;
   std::optional<std::pair<std::string, int>> end;
+  std::vector<std::pair<int, long long>> commits;
   {
     std::lock_guard<std::mutex> lk(mu_);
     left.swap(left_);
     end.swap(end_request_);
+    commits.swap(commits_);
   }
+  for (auto [round, commit] : commits)
+    if (line_ && round == line_round_) {
+      line_->commit = commit;
+      line_->seconds = io_.runner.now() - line_cause_at_;
+      say_reset_line("");
+    }
   for (const auto& l : left)
     if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
       if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
@@ -209,7 +241,7 @@ bool ElasticDriver::act(const RoundVerdict& v) {
     case RoundVerdict::kSucceeded:
       ending_ = true;
       for (auto& p : procs_)  // slots removed but not yet gone
-        if (!p->exited) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
+        if (!p->group_gone) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
       kill_at_ = io_.runner.now() + kill_grace_;
       return true;
     case RoundVerdict::kFailed:
@@ -284,9 +316,15 @@ void ElasticDriver::try_round() {
   f.blacklisted = blacklisted_now_;
   f.old_size = static_cast<int>(round_.slots.size());
   f.new_size = static_cast<int>(next.slots.size());
+  say_reset_line("no commit reported before the next reset");
   begin_round(next, round_change(next, failure_, round_no_));
   f.seconds = io_.runner.now() - *cause_at_;
-  if (!ending_) io_.sink.notice("hvdrun: " + reset_line(f));
+  if (!ending_) {  // said when its round's rank 0 reports the commit it restored
+    line_ = f;
+    line_round_ = round_no_;
+    line_cause_at_ = *cause_at_;
+    line_until_ = io_.runner.now() + kCommitReportWait;
+  }
   waiting_ = failure_ = said_wait_ = false;
   cause_.clear();
   blacklisted_now_.clear();
@@ -294,8 +332,18 @@ void ElasticDriver::try_round() {
   cause_at_.reset();
 }
 
+// The pending reset line, with its commit, or saying why none (`no_commit`).
+void ElasticDriver::say_reset_line(const std::string& no_commit) {
+  if (!line_) return;
+  if (!line_->commit) line_->no_commit = no_commit;
+  io_.sink.notice("hvdrun: " + reset_line(*line_));
+  line_.reset();
+  line_until_.reset();
+}
+
 void ElasticDriver::fail(const std::string& message, int code) {
   if (ending_) return;
+  say_reset_line("no commit reported before the job's end");
   exit_code_ = code;
   if (!message.empty()) io_.sink.notice(message);
   end_all();
@@ -305,7 +353,7 @@ void ElasticDriver::fail(const std::string& message, int code) {
 void ElasticDriver::end_all() {
   ending_ = true;
   for (auto& p : procs_) {
-    if (p->exited) continue;
+    if (p->group_gone) continue;
     io_.runner.signal_group(p->pid, SIGCONT);  // a stopped one would hold SIGTERM
     io_.runner.signal_group(p->pid, SIGTERM);
     p->killed = true;
@@ -322,7 +370,7 @@ void ElasticDriver::handle_signals(int sigfd) {
       continue;
     }
     for (auto& p : procs_)  // SIGUSR1, SIGUSR2, SIGCONT: to the workers
-      if (!p->exited) io_.runner.signal_group(p->pid, sig);
+      if (!p->group_gone) io_.runner.signal_group(p->pid, sig);
   }
 }
 
@@ -339,7 +387,7 @@ void ElasticDriver::wait_once(int sigfd) {
           pfds.push_back({p->pipes[s].get(), POLLIN, 0});
         }
   double timeout = congested ? 0.005 : 1.0;
-  for (const auto& d : {next_discovery_, kill_at_, drain_at_})
+  for (const auto& d : {next_discovery_, kill_at_, drain_at_, line_until_})
     if (d) timeout = std::min(timeout, *d - io_.runner.now());
   int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
   if (n <= 0) return;

@@ -44,6 +44,9 @@ struct ElasticDriverIo {
   // The launch of the worker of `slot` spawned into round `round` with `rank`'s numbers.
   std::function<SpawnRequest(const RankInfo& rank, int round, const ElasticSlot& slot)> launch;
   std::function<double()> random;  // in [0, 1): the cooldown's jitter
+  // A worker's process group has ended (its leader reaped, nothing left in it): its id may
+  // become another process's, which a later clean-up must not signal (the watchdog forgets it).
+  std::function<void(pid_t)> group_ended;
 };
 
 class ElasticDriver {
@@ -58,6 +61,8 @@ class ElasticDriver {
   void rank_left(int round, int rank);
   // Thread-safe: end the job (a start time-out, the output failing): `message`, `code`.
   void request_end(std::string message, int code);
+  // Thread-safe (the server's callback): rank 0 of round `round` starts it from `commit`.
+  void commit_reported(int round, long long commit);
 
  private:
   struct Proc;
@@ -68,6 +73,7 @@ class ElasticDriver {
   void begin_round(const ElasticRound& next, const RoundChange& change);
   void spawn(const ElasticSlot& slot, const RankInfo& rank);
   void reap();
+  void forget_ended_groups();
   void take_left();
   void poll_discovery();
   bool hosts_changed() const;
@@ -76,6 +82,7 @@ class ElasticDriver {
   bool reset(const RoundVerdict& v);
   void kill_host(const std::string& host, std::string& killed);
   void try_round();
+  void say_reset_line(const std::string& no_commit);
   void fail(const std::string& message, int code);
   void handle_signals(int sigfd);
   void wait_once(int sigfd);
@@ -103,6 +110,11 @@ class ElasticDriver {
   std::mutex mu_;
   std::vector<Left> left_;  // under mu_
   std::optional<std::pair<std::string, int>> end_request_;  // under mu_
+  std::vector<std::pair<int, long long>> commits_;          // under mu_: (round, commit) reported
+  std::optional<ResetFacts> line_;  // the last reset's line, said once its commit is known
+  int line_round_ = 0;
+  double line_cause_at_ = 0;
+  std::optional<double> line_until_;
   bool waiting_ = false;  // a new round is due, waiting for --min-np slots
   bool failure_ = false;  // the due round follows a failure
   std::string cause_;     // what made the due round

@@ -44,9 +44,11 @@ Result<DiscoveryOutput> discover_here(const ElasticOptions& e, std::set<std::str
 
 }  // namespace
 
-ElasticJob::ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch)
+ElasticJob::ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch,
+                       Watchdog* watchdog)
     : store_(std::make_unique<Store>()) {
-  ElasticDriverIo io{system_process_runner(), *store_, sink, nullptr, std::move(launch), nullptr};
+  ElasticDriverIo io{system_process_runner(), *store_, sink, nullptr, std::move(launch), nullptr, nullptr};
+  if (watchdog) io.group_ended = [watchdog](pid_t g) { watchdog->forget(g); };
   if (!opts.elastic.discovery_script.empty()) {
     auto warned = std::make_shared<std::set<std::string>>();
     io.discover = [e = opts.elastic, warned, &sink] { return discover_here(e, *warned, sink); };
@@ -64,6 +66,7 @@ rdv::ServerCallbacks ElasticJob::callbacks() {
   Store* s = store_.get();
   // On the server's thread: its round is the one the rank belongs to.
   cb.on_rank_left = [d, s](int rank) { d->rank_left(s->server->round(), rank); };
+  cb.on_elastic_commit = [d](int round, long long commit) { d->commit_reported(round, commit); };
   cb.on_start_timeout = [d](const std::string& message) { d->request_end(message, exit_code::kStartTimeout); };
   return cb;
 }

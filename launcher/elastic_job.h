@@ -10,6 +10,7 @@
 #include "launcher/elastic_driver.h"
 #include "launcher/options.h"
 #include "launcher/plan.h"
+#include "launcher/watchdog.h"
 #include "rendezvous/server.h"
 
 namespace hvdrun {
@@ -17,7 +18,9 @@ namespace hvdrun {
 class ElasticJob {
  public:
   using Launch = std::function<SpawnRequest(const RankInfo&, int round, const ElasticSlot&)>;
-  ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch);
+  // `watchdog` (may be null): told each worker group that has ended.
+  ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch,
+             Watchdog* watchdog = nullptr);
   ~ElasticJob();
   // The rendezvous server's callbacks for an elastic job (a worker's fatal error, its
   // lost peer: the driver learns of the failure from the worker's end).

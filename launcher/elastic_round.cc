@@ -56,8 +56,10 @@ std::string reset_line(const ResetFacts& f) {
   std::string line = "reset " + std::to_string(f.number) + ": " + f.cause;
   for (const auto& [host, cooldown] : f.blacklisted)
     line += ", host " + host + " blacklisted " + (cooldown ? "for " + seconds_text(*cooldown) + " s" : "for good");
-  line += "; size " + std::to_string(f.old_size) + " -> " + std::to_string(f.new_size) + "; " + seconds_text(f.seconds) +
-          " s";
+  line += "; size " + std::to_string(f.old_size) + " -> " + std::to_string(f.new_size);
+  if (f.commit) line += "; restored commit " + std::to_string(*f.commit);
+  else if (!f.no_commit.empty()) line += "; " + f.no_commit;
+  line += "; " + seconds_text(f.seconds) + " s";
   return line;
 }
 

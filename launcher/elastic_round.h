@@ -45,10 +45,19 @@ struct ResetFacts {
   std::string cause;              // "host h2 lost (ranks 2,3 killed by SIGKILL)", "hosts added (h3)"
   std::vector<std::pair<std::string, std::optional<double>>> blacklisted;  // host, cooldown (none: for good)
   int old_size = 0, new_size = 0;
-  double seconds = 0;             // from the cause seen to the new round's keys written
+  // The commit the new round starts from, as its rank 0 reported it (hvd_elastic_commit);
+  // else why none is named ("no commit reported in 30 s"; "": the line says nothing of it).
+  std::optional<long long> commit;
+  std::string no_commit;
+  double seconds = 0;  // from the cause seen to the commit's report, else to the new round's keys written
 };
-// "reset 3: host h2 lost (ranks 2,3 killed by SIGKILL), blacklisted for 20 s; size 4 -> 2; 0.8 s"
+// "reset 3: host h2 lost (ranks 2,3 killed by SIGKILL), blacklisted for 20 s; size 4 -> 2;
+// restored commit 17; 0.8 s"
 std::string reset_line(const ResetFacts& f);
+
+// When the driver says a reset's line: at once with the commit reported for its round,
+// else at the first of the wait's end, the next reset and the job's end (saying so).
+constexpr double kCommitReportWait = 30;  // seconds
 
 // The hosts named in `slots`, once each, in order, joined by ','.
 std::string hosts_of(const std::vector<ElasticSlot>& slots);

@@ -382,9 +382,9 @@ JobRun::Stop JobRun::open_the_output() {
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
   if (!opts.elastic.enabled) return {};
-  elastic = std::make_unique<ElasticJob>(opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) {
-    return elastic_launch(r, n, s);
-  });
+  elastic = std::make_unique<ElasticJob>(
+      opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) { return elastic_launch(r, n, s); },
+      watchdog ? &*watchdog : nullptr);
   ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
   (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
   (*sink)->on_file_failure([&e](std::string message) { e.request_end(std::move(message), exit_code::kOutputFailed); });

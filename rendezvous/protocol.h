@@ -78,6 +78,9 @@ constexpr const char* kSilentKeyPrefix = "hvdrun/silent/";
 // that peer ("hvdrun/lost/0" = "4") before it returns the error: hvdrun blames a lost peer
 // that exited 0 or left, whichever host's report reaches it first.
 constexpr const char* kLostKeyPrefix = "hvdrun/lost/";
+// Elastic: rank 0 of round N sets this key + N to the commit the round starts from
+// (hvd_elastic_commit): hvdrun's reset line names it.
+constexpr const char* kElasticCommitKeyPrefix = "hvdrun/elastic/commit/";
 // libhvdrun's stall report (collectives/runtime.cc) for hvdrun: rank 0's warning, which
 // hvdrun prints as it comes, and the report of a stall past the shutdown time (then also
 // sent as the rank's fatal report). The server hands every key under the prefix to hvdrun.

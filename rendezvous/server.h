@@ -55,6 +55,9 @@ struct ServerCallbacks {
   std::function<void(int rank, int peer)> on_silent;
   // A rank set kLostKeyPrefix + its rank: it failed on rank `peer`'s closed connection.
   std::function<void(int rank, int peer)> on_lost;
+  // A rank of the current elastic round set kElasticCommitKeyPrefix + its round to the
+  // commit the round starts from.
+  std::function<void(int round, long long commit)> on_elastic_commit;
 };
 
 

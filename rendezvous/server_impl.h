@@ -168,6 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
   int reported_rank() const { return current() ? rank_ : -1; }  // -1: a worker of no current rank
   bool on_get_peer(const Frame& f);
   bool on_set(const Frame& f);
+  void tell_elastic_commit(const std::string& key, const std::string& value);
   bool on_get(const Frame& f);
   bool on_add(const Frame& f);
   bool on_wait(const Frame& f);

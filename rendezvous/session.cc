@@ -285,10 +285,20 @@ bool Session::on_set(const Frame& f) {
     if (auto peer = parse_int(kv->second, "lost peer", 0, static_cast<long long>(s.peers.size()) - 1))
       s.cbs.on_lost(rank_, static_cast<int>(*peer));
   }
+  tell_elastic_commit(kv->first, kv->second);
   if (auto st = s.store(kv->first, std::move(kv->second)); !st) return fail(st.error().message), false;
   send(MsgType::kOk, "");
   s.notify_key(kv->first);
   return true;
+}
+
+// Rank 0 of the current elastic round set the commit the round starts from.
+void Session::tell_elastic_commit(const std::string& key, const std::string& value) {
+  auto& s = srv_;
+  if (!current() || elastic_round_ <= 0 || !s.cbs.on_elastic_commit ||
+      key != kElasticCommitKeyPrefix + std::to_string(elastic_round_))
+    return;
+  if (auto commit = parse_int(value, "elastic commit", 0, 1ll << 62)) s.cbs.on_elastic_commit(elastic_round_, *commit);
 }
 
 bool Session::on_get(const Frame& f) {

@@ -87,6 +87,11 @@ HVD_API int hvd_initialized(void); /* 1 or 0 */
  * A null pointer: HVD_ERR_INVALID_ARGUMENT. */
 HVD_API int hvd_elastic_updates(long long* seq, int* kinds);
 HVD_API int hvd_elastic(void); /* 1 in an elastic job (hvdrun --min-np/--max-np/...), else 0 */
+/* Tells hvdrun which commit of the program's state this round starts from (hvd.elastic.run's
+ * rank 0 calls it once per round, after the state's sync): hvdrun's line for the reset that
+ * made the round names it ("restored commit 17"). Outside an elastic job: HVD_SUCCESS, and
+ * nothing is sent. Before hvd_init: HVD_ERR_NOT_INITIALIZED; commit < 0: HVD_ERR_INVALID_ARGUMENT. */
+HVD_API int hvd_elastic_commit(long long commit);
 
 /* fork(): a child of the process that called hvd_init (a DataLoader worker, a
  * multiprocessing child) inherits the rank but not the runtime's threads, and the job's

@@ -113,6 +113,7 @@ _PROTOTYPES = {
     # Elastic jobs (older libraries lack them: then no job is elastic).
     "hvd_elastic": (ctypes.c_int, []),
     "hvd_elastic_updates": (ctypes.c_int, [_c_longlong_p, _c_int_p]),
+    "hvd_elastic_commit": (ctypes.c_int, [ctypes.c_longlong]),
 }
 
 
@@ -260,6 +261,13 @@ def elastic_updates() -> Tuple[int, int]:
     seq, kinds = ctypes.c_longlong(0), ctypes.c_int(0)
     _check(_fn("hvd_elastic_updates")(ctypes.byref(seq), ctypes.byref(kinds)), "hvd_elastic_updates")
     return int(seq.value), int(kinds.value)
+
+
+def elastic_commit(commit: int) -> None:
+    """Tells hvdrun which commit this worker's round starts from (hvd.elastic.run's rank 0,
+    once per round): hvdrun's reset line names it. Nothing outside an elastic job."""
+    if has("hvd_elastic_commit"):
+        _check(_fn("hvd_elastic_commit")(commit), "hvd_elastic_commit")
 
 
 def version() -> Optional[str]:

@@ -19,8 +19,11 @@
 #include <vector>
 
 #include "../rendezvous/fake_rendezvous.h"
+#include "common/deadline.h"
 #include "common/strings.h"
 #include "hvdrun/hvdrun.h"
+#include "rendezvous/client.h"
+#include "transport/socket_util.h"
 
 extern char** environ;
 
@@ -202,6 +205,35 @@ TEST_F(RuntimeElastic, AnUpdateThatKeepsTheRoundIsToldAndCollectivesGoOn) {
   rdv_.set("hvdrun/elastic/update/2", std::to_string(HVD_HOSTS_REMOVED) + " 7");  // not this round
   EXPECT_EQ(w->line(), "updates 2 " + std::to_string(HVD_HOSTS_ADDED | HVD_HOSTS_REMOVED));
   EXPECT_EQ(w->line(), "allreduce 0 2");
+  EXPECT_EQ(w->line(), "shutdown 0 0");
+  EXPECT_EQ(w->exit_status(), 0);
+}
+
+// Issue 28: a round that ends while hvd_init connects its ring (a peer of the new ring
+// registered, then died before it connected) ends that hvd_init at once with HVD_ERR_RESET,
+// and the next hvd_init joins the next round. HVDRUN_TIMEOUT is 600 s: only the round's end
+// can end the first hvd_init within the line's deadline.
+TEST_F(RuntimeElastic, ARoundEndingWhileInitConnectsItsRingFailsThatInitWithReset) {
+  write_round(1, 2, {{"a:0", "0 2 0 2 0 1"}, {"a:1", "1 2 1 2 0 1"}});
+  auto w = start("a:0", {"init", "init", "allreduce", "4", "shutdown"});
+  {
+    // Slot a:1 is this test: it registers, and is gone (its listener closed) before a:0
+    // connects to it or it to a:0.
+    auto peer = transport::listen_tcp("127.0.0.1", "127.0.0.1");
+    ASSERT_TRUE(peer);
+    auto client = rdv::Client::connect("127.0.0.1", rdv_.port(), secret_, deadline_in(30));
+    ASSERT_TRUE(client);
+    rdv::RegisterRequest req{1, 2, "a", peer->addr, peer->port};
+    req.round = 1;
+    auto stale = [](int64_t) -> Result<rdv::RegisterRequest> { return make_error(ErrorKind::kInternal, "stale"); };
+    ASSERT_TRUE(client->register_in_round(req, stale, deadline_in(60)));
+  }
+  ASSERT_TRUE(rdv_.wait_registered(2));  // a:0 has its neighbours: it is connecting its ring
+  write_round(2, 1, {{"a:0", "0 1 0 1 0 1"}, {"a:1", "removed"}});
+  rdv_.set("hvdrun/elastic/update/1", std::to_string(HVD_HOSTS_REMOVED) + " 1");
+  EXPECT_EQ(w->line(), "init " + std::to_string(HVD_ERR_RESET) + " -1 -1");
+  EXPECT_EQ(w->line(), "init 0 0 1");
+  EXPECT_EQ(w->line(), "allreduce 0 4");
   EXPECT_EQ(w->line(), "shutdown 0 0");
   EXPECT_EQ(w->exit_status(), 0);
 }

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include "fake_process_runner.h"
 #include "recording_sink.h"
 
@@ -39,6 +41,7 @@ struct Harness {
   RecordingSink sink;
   ElasticOptions opts;
   std::vector<std::string> spawned;  // "slot round rank env..." per spawn
+  std::vector<pid_t> ended;          // the groups the watchdog was told to forget, in order
   // Discovery's output from virtual time `at` on (empty: fixed hosts).
   std::vector<std::pair<double, std::string>> discovery;
 
@@ -48,7 +51,8 @@ struct Harness {
     opts.discovery_interval = 1;
   }
   int run(const std::vector<HostSlots>& hosts, std::unique_ptr<ElasticDriver>* out = nullptr) {
-    ElasticDriverIo io{runner, store, sink, nullptr, nullptr, [] { return 0.0; }};
+    ElasticDriverIo io{runner, store, sink, nullptr, nullptr, [] { return 0.0; }, nullptr};
+    io.group_ended = [this](pid_t g) { ended.push_back(g); };
     if (!discovery.empty()) {
       opts.discovery_script = "d.sh";
       io.discover = [this]() -> Result<DiscoveryOutput> {
@@ -96,7 +100,9 @@ TEST(ElasticDriver, AHostsFailureEndsTheRoundItsOtherWorkersKilledTheSurvivorsKe
   // a:0 a:1 b:0 b:1 (pids 1000..1003); b:0 is SIGKILLed at 5, the others finish at 10.
   h.runner.behaviours = {exits(10, 0), exits(10, 0), killed_at(5)};
   h.runner.behaviours.push_back({-1, 0, -1, SIGTERM});  // b:1 ignores SIGTERM
-  int code = h.run({{"a", 2}, {"b", 2}});
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.at(6, [&] { d->commit_reported(2, 17); });  // round 2's rank 0 restored commit 17
+  int code = h.run({{"a", 2}, {"b", 2}}, &d);
   EXPECT_EQ(code, 0) << h.notices();
   EXPECT_EQ(h.store.round(1), (std::vector<std::string>{
                                   "begin 1 4", "hvdrun/elastic/round/1/slot/a:0=0 4 0 2 0 2",
@@ -113,7 +119,7 @@ TEST(ElasticDriver, AHostsFailureEndsTheRoundItsOtherWorkersKilledTheSurvivorsKe
   EXPECT_FALSE(h.killed(1001));
   EXPECT_EQ(h.spawned.size(), 4u);  // nothing new
   EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b failed (rank 2 was killed by signal 9 (SIGKILL); rank(s) 3 killed), "
-                        "host b blacklisted for good; size 4 -> 2; 0.0 s"))
+                        "host b blacklisted for good; size 4 -> 2; restored commit 17; 1.0 s"))
       << h.notices();
 }
 
@@ -144,7 +150,7 @@ TEST(ElasticDriver, BelowMinNpItWaitsThenAHostJoins) {
   EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=3 1");  // c added, b removed; round 1 ended
   EXPECT_EQ(h.spawned.back(), "c:0 round 2 rank 1");
   EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 was killed by signal 9 (SIGKILL)), host b blacklisted for "
-                        "good; size 2 -> 2; 4.0 s"))
+                        "good; size 2 -> 2; no commit reported before the job's end; 4.0 s"))
       << h.notices();
 }
 
@@ -186,6 +192,35 @@ TEST(ElasticDriver, AWorkerThatExits0WithoutHvdShutdownFailsItsHost) {
   EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}, &d), 0) << h.notices();
   EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 exited with code 0 without hvd_shutdown), host b blacklisted"))
       << h.notices();
+}
+
+// Issue 28 item 7: a reset's line waits for the commit its round's rank 0 reports, at most
+// kCommitReportWait; a report for another round is not this one's.
+TEST(ElasticDriver, AResetLineSaysNoCommitWhenNoneIsReportedForItsRoundInTime) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(100, 0), killed_at(2)};
+  h.runner.at(3, [&] { d->commit_reported(1, 5); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}, &d), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 was killed by signal 9 (SIGKILL)), host b blacklisted for "
+                        "good; size 2 -> 1; no commit reported in 30 s; 0.0 s"))
+      << h.notices();
+  EXPECT_EQ(h.sink.notices.size(), 1u) << h.notices();  // once
+}
+
+// Issue 28: a worker's group, once its leader is reaped and the group is empty, is told to
+// the watchdog (which must never signal a reused id), and the driver signals it no more:
+// b:0 fails at 2; hvdrun's SIGTERM at 5 ends a:0 alone.
+TEST(ElasticDriver, AnEndedWorkersGroupIsForgottenByTheWatchdogAndNeverSignalledAgain) {
+  Harness h;
+  h.runner.behaviours = {{-1, 0, 0.5, SIGTERM}, exits(2, 1)};
+  h.runner.at(5, [&] { h.runner.deliver(SIGTERM); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 128 + SIGTERM) << h.notices();
+  EXPECT_TRUE(h.noticed("reset 1: host b failed (rank 1 exited with code 1)")) << h.notices();
+  EXPECT_EQ(h.ended, (std::vector<pid_t>{1001, 1000}));
+  for (const auto& s : h.runner.sent) EXPECT_NE(s.target, 1001) << "signal " << s.sig << " at " << s.at;
+  EXPECT_TRUE(std::any_of(h.runner.sent.begin(), h.runner.sent.end(),
+                          [](const auto& s) { return s.target == 1000 && s.sig == SIGTERM; }));
 }
 
 }  // namespace

@@ -86,17 +86,23 @@ TEST(ElasticJob, AHostsRanksKilledTheSurvivorsKeepTheirProcessesAndTrainingGoesO
   auto pids = pids_by_slot(s);
   EXPECT_EQ(pids["localhost:0"].size(), 1u);  // one process each, before and after the reset
   EXPECT_EQ(pids["localhost:1"].size(), 1u);
-  int before = 0, after = 0, last_batch = -1;
+  int before = 0, after = 0, last_batch = -1, first_batch = 1 << 30;
   for (const auto& x : s) {
     if (x.size == 4) ++before;
     if (x.size != 2) continue;
     ++after;
     last_batch = std::max(last_batch, x.batch);
+    first_batch = std::min(first_batch, x.batch);
     EXPECT_EQ(x.slot, "localhost:" + std::to_string(x.rank));
   }
   EXPECT_GE(before, 4 * 5);  // batches 0..4 on four ranks
   EXPECT_GT(after, 0);
   EXPECT_EQ(last_batch, 29);
+  // The line names the commit the survivors resumed from: the worker commits once per batch,
+  // so its number is their first batch at size 2.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.err, m, std::regex("size 4 -> 2; restored commit (\\d+); "))) << o.err;
+  EXPECT_EQ(std::stoi(m[1]), first_batch) << o.err;
   EXPECT_EQ(count(o.out, "DONE rank="), 2) << o.out;
   EXPECT_EQ(count(o.out, "size=2 batch=30"), 2) << o.out;
 }

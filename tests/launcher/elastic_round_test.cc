@@ -21,9 +21,18 @@ TEST(ElasticRound, KeysUpdatesEnvironmentAndTheResetLine) {
   EXPECT_EQ(elastic_worker_env(2, {"c", 0}),
             (std::vector<std::string>{"HVDRUN_ELASTIC=1", "HOROVOD_ELASTIC=1", "HVDRUN_ELASTIC_ROUND=2",
                                       "HVDRUN_ELASTIC_SLOT=c:0"}));
-  ResetFacts f{3, "host h2 failed (rank(s) 2,3 killed)", {{"h2", 20.0}, {"h3", std::nullopt}}, 4, 2, 0.84};
+  ResetFacts f{3, "host h2 failed (rank(s) 2,3 killed)", {{"h2", 20.0}, {"h3", std::nullopt}}, 4, 2, {}, "", 0.84};
   EXPECT_EQ(reset_line(f), "reset 3: host h2 failed (rank(s) 2,3 killed), host h2 blacklisted for 20 s, host h3 "
                            "blacklisted for good; size 4 -> 2; 0.8 s");
+  // Issue 28 item 7: the commit the new round starts from, or why none is named.
+  f.commit = 17;
+  f.no_commit = "no commit reported in 30 s";  // (a commit wins)
+  EXPECT_EQ(reset_line(f), "reset 3: host h2 failed (rank(s) 2,3 killed), host h2 blacklisted for 20 s, host h3 "
+                           "blacklisted for good; size 4 -> 2; restored commit 17; 0.8 s");
+  f.commit.reset();
+  f.blacklisted.clear();
+  f.seconds = 12.3;
+  EXPECT_EQ(reset_line(f), "reset 3: host h2 failed (rank(s) 2,3 killed); size 4 -> 2; no commit reported in 30 s; 12 s");
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ class FakeJob:
         self.threads: Dict[str, threading.Thread] = {}
         self.outcome: Dict[str, Any] = {}
         self._handles = itertools.count(1)
+        self.commits_told: List[Tuple[int, int]] = []  # (round, commit) from hvd_elastic_commit
 
     # --- the test's side ------------------------------------------------------------------
     def spawn(self, wid: str, fn: Callable[[], Any]) -> None:
@@ -238,12 +239,17 @@ class FakeJob:
     def wait(self, handle: int, what: str) -> None:
         return None
 
+    def elastic_commit(self, commit: int) -> None:
+        with self.cv:
+            self.commits_told.append((self._me().round, commit))
+
     def install(self, monkeypatch: Any) -> "FakeJob":
         for name, fn in (("init", self.init), ("shutdown", self.shutdown), ("initialized", self.initialized),
                          ("topology", self.topology), ("elastic", self.elastic_on),
                          ("process_set_ids", self.process_set_ids), ("process_set_info", self.process_set_info),
                          ("elastic_updates", self.elastic_updates), ("allreduce", self.allreduce),
-                         ("broadcast_async", self.broadcast_async), ("wait", self.wait)):
+                         ("broadcast_async", self.broadcast_async), ("wait", self.wait),
+                         ("elastic_commit", self.elastic_commit)):
             monkeypatch.setattr(_capi, name, fn)
         return self
 

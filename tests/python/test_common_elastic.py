@@ -213,6 +213,8 @@ def test_a_failed_round_restores_the_commit_and_goes_on_at_the_new_size(job3: Fa
         # then the steps and a commit
         kinds = [k for _, k, _ in job3.collectives(w, round_=2)]
         assert kinds[:2] == ["allreduce", "allreduce"] and "broadcast" not in kinds, kinds
+    # rank 0 told hvdrun each round's commit: none yet in round 1, the first (batch 3) in round 2
+    assert job3.commits_told == [(1, 0), (2, 1)], job3.commits_told
 
 
 @pytest.mark.parametrize("kinds,synced", [(REMOVED, False), (ADDED | REMOVED, True)])

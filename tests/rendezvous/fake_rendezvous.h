@@ -68,6 +68,12 @@ class FakeRendezvous {
     std::lock_guard<std::mutex> lk(mu_);
     return stale_;
   }
+  // Waits (at most 60 s) until `n` registrations in all have been answered with their
+  // neighbours; whether they were.
+  bool wait_registered(int n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return registered_ >= n; });
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -197,7 +203,11 @@ class FakeRendezvous {
     if (static_cast<int>(table_.size()) != size_) return false;
     Registered r{size_, table_[(q->rank + size_ - 1) % size_], table_[(q->rank + 1) % size_]};
     lk.unlock();
-    return send(fd, MsgType::kRegistered, encode_registered(r));
+    bool sent = send(fd, MsgType::kRegistered, encode_registered(r));
+    lk.lock();
+    ++registered_;
+    cv_.notify_all();
+    return sent;
   }
 
   std::string secret_;
@@ -210,7 +220,7 @@ class FakeRendezvous {
   std::vector<int> conns_;
   std::vector<std::thread> threads_;
   std::map<std::string, std::string> kv_;
-  int round_ = 1, size_ = 1, stale_ = 0;
+  int round_ = 1, size_ = 1, stale_ = 0, registered_ = 0;
   std::map<int, PeerInfo> table_;
 };
 

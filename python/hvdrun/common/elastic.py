@@ -9,8 +9,11 @@ Where this differs from Horovod (each where Horovod's users get hurt):
   saw only removals cannot skip a sync the new worker waits in (Horovod's #3494).
 - sync() sends only what differs from the source rank: one max-allreduce of each part's
   digests says which parts agree; only tensors whose digest differs are broadcast. After
-  a failure with no new worker nothing moves. The source is the lowest rank that has
-  state of its own (not a worker that just joined).
+  a failure with no new worker nothing moves. The source is the lowest rank of those with
+  the newest commit (a worker that just joined has none): survivors a commit apart (one
+  saved commit k, then its round failed before another did) resume from k.
+- Commits are counted; after each reset rank 0 tells hvdrun the commit the round starts
+  from, which hvdrun's reset line names ("restored commit 17").
 - Saved objects are deep copies: restore() undoes changes made in place (a list
   appended to), which Horovod's references do not.
 """
@@ -36,8 +39,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 # Digests are 62-bit, so that a digest and its negation both fit an int64.
 DIGEST_MASK = (1 << 62) - 1
-# The rank a worker without state of its own offers as the sync source: past every real rank.
-_NO_SOURCE = 1 << 40
+# The sync source's key: (commits << _RANK_BITS) | (_RANK_MASK - rank); -1 without state.
+_RANK_BITS = 24
+_RANK_MASK = (1 << _RANK_BITS) - 1
 
 
 def allreduce_max(values: Sequence[int]) -> List[int]:
@@ -86,15 +90,17 @@ class SyncPart:
         """Called on every rank once the part is in sync (moved or not)."""
 
 
-def sync_parts(parts: Sequence[SyncPart], has_state: bool) -> int:
-    """Brings every part to the source rank's value; returns the source rank. Collectives:
+def sync_parts(parts: Sequence[SyncPart], has_state: bool, commits: int = 0) -> Tuple[int, int]:
+    """Brings every part to the source rank's value; returns (the source rank, its commit
+    count). The source: the lowest rank among those with state and the most commits
+    (`commits`: this rank's). Collectives:
     one allreduce when everything agrees; else one more for the per-tensor digests of the
     parts whose structures agree, the broadcasts of the tensors that differ, and each
     part whose structure differs sent whole. Every rank takes the same decisions: they
     are made from the results of the same allreduces."""
     summaries = [x for p in parts for x in p.summary()]
-    hi, lo = agree(summaries + [-(rank() if has_state else _NO_SOURCE)])
-    root = -hi[-1] if -hi[-1] != _NO_SOURCE else 0
+    hi, lo = agree(summaries + [(commits << _RANK_BITS) | (_RANK_MASK - rank()) if has_state else -1])
+    root, source_commits = (_RANK_MASK - (hi[-1] & _RANK_MASK), hi[-1] >> _RANK_BITS) if hi[-1] >= 0 else (0, 0)
     by_tensor, whole = [], []
     for i, p in enumerate(parts):
         struct_same, content_same = hi[2 * i] == lo[2 * i], hi[2 * i + 1] == lo[2 * i + 1]
@@ -106,7 +112,7 @@ def sync_parts(parts: Sequence[SyncPart], has_state: bool) -> int:
         p.sync_full(root)
     for p in parts:
         p.after_sync()
-    return root
+    return root, source_commits
 
 
 def _send_differing_tensors(parts: Sequence[SyncPart], root: int) -> None:
@@ -151,6 +157,7 @@ class State(object):
         self._seen_seq = _capi.elastic_updates()[0]  # the newest change this round knows of
         self._last_updated_timestamp = self._seen_seq  # Horovod's name; informational here
         self._has_state = False  # committed or synced once: may be the source of a sync
+        self._commits = 0  # commit() calls in the state this worker holds (synced with it)
 
     def register_reset_callbacks(self, callbacks: Sequence[Callable[[], Any]]) -> None:
         """Functions to call after each reset (a worker added or removed), before the
@@ -167,6 +174,7 @@ class State(object):
         """Saves the state in memory (what a failure restores), then check_host_updates().
         Commits copy the state: commit less often than every batch where that costs."""
         self.save()
+        self._commits += 1
         self._has_state = True
         self.check_host_updates()
 
@@ -242,7 +250,7 @@ class ObjectState(State):
 
     def sync(self) -> None:
         if self._saved_state:
-            sync_parts([_ObjectsPart(self)], self._has_state)
+            _, self._commits = sync_parts([_ObjectsPart(self)], self._has_state, self._commits)
         self._has_state = True
 
     def _set_attrs(self) -> None:
@@ -278,6 +286,7 @@ def run_fn(func: Callable[..., Any], reset: Callable[[], None]) -> Callable[...,
                 try:
                     if _agree_to_sync(not skip_sync):
                         state.sync()
+                    _tell_commit(state)
                     return func(state, *args, **kwargs)
                 except HorovodInternalError as e:
                     if not _recoverable(e):
@@ -294,6 +303,12 @@ def run_fn(func: Callable[..., Any], reset: Callable[[], None]) -> Callable[...,
             raise
 
     return wrapper
+
+
+def _tell_commit(state: State) -> None:
+    """Rank 0 tells hvdrun the commit this round starts from (its reset line names it)."""
+    if _capi.elastic() and rank() == 0:
+        _capi.elastic_commit(getattr(state, "_commits", 0))
 
 
 def _reset_until_joined(reset: Callable[[], None]) -> None:

@@ -245,7 +245,7 @@ class TorchState(ObjectState):
                 parts.append(part)
         if self._saved_state:
             parts.append(_ObjectsPart(self))
-        sync_parts(parts, self._has_state)
+        _, self._commits = sync_parts(parts, self._has_state, self._commits)
         for handler in own:
             handler.sync()
         self._has_state = True

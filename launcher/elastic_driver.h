@@ -1,5 +1,5 @@
-// The elastic driver (issue 28; docs/ELASTIC.md): runs an elastic job's workers on this
-// machine round after round. Each worker is a slot (host, index) and keeps its process
+// The elastic driver (issue 28; docs/ELASTIC.md): runs an elastic job's workers round
+// after round, on this machine and, through their agents, on other hosts (ElasticHosts). Each worker is a slot (host, index) and keeps its process
 // while its slot stays in the job. The decisions are the pure policy's
 // (elastic_policy.h: the round's verdict, the blacklist, the wait for --min-np;
 // elastic_membership.h: the next round; elastic_round.h: its keys and its line); this
@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "launcher/discovery_runner.h"
+#include "launcher/elastic_hosts.h"
 #include "launcher/elastic_membership.h"
 #include "launcher/elastic_options.h"
 #include "launcher/elastic_policy.h"
@@ -44,6 +45,7 @@ struct ElasticDriverIo {
   // The launch of the worker of `slot` spawned into round `round` with `rank`'s numbers.
   std::function<SpawnRequest(const RankInfo& rank, int round, const ElasticSlot& slot)> launch;
   std::function<double()> random;  // in [0, 1): the cooldown's jitter
+  ElasticHosts* hosts = nullptr;    // the remote hosts' agents (unset: this machine only)
 };
 
 class ElasticDriver {
@@ -70,6 +72,9 @@ class ElasticDriver {
   void reap();
   void take_left();
   void poll_discovery();
+  void open_new_hosts();
+  void check_agents();
+  void lose_host(const std::string& host, const std::string& why);
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
@@ -109,6 +114,7 @@ class ElasticDriver {
   std::vector<std::pair<std::string, std::optional<double>>> blacklisted_now_;
   std::optional<double> drain_at_;
   std::string last_discovery_warning_;
+  std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
 };
 
 }  // namespace hvdrun

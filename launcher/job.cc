@@ -116,6 +116,8 @@ struct JobRun {
   Stop check_the_python();
   int run_the_workers();
   SpawnRequest elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot);
+  Result<std::unique_ptr<RemoteHost>> open_new_host(const std::string& host);
+  Status admit_new_host(const RemoteHost& r);
   int merge_the_timeline(int code);
 
   const LaunchOptions& opts;
@@ -137,6 +139,7 @@ struct JobRun {
     }
   } disarm_on_return{watchdog};
   std::unique_ptr<AgentStarter> starter;  // before the hosts: it outlives their links
+  RemoteSettings rs;
   std::vector<std::unique_ptr<RemoteHost>> remotes;
   double heartbeat_timeout = 0;
   AddressingInput ai;
@@ -196,8 +199,6 @@ JobRun::Stop JobRun::make_the_plan() {
     if (opts.dry_run) std::fprintf(stderr, "hvdrun: %s\n", text.c_str());
     else spdlog::info("{}", text);
   }
-  if (opts.elastic.enabled && !opts.dry_run)
-    if (auto why = elastic_refusal(*plan); !why.empty()) return fail(error_of(ErrorKind::kUsage, why));
   if (opts.dry_run) {
     auto binding = dry_run_binding(*plan, opts.bind_to);
     if (!binding) return fail(binding.error());
@@ -287,7 +288,7 @@ JobRun::Stop JobRun::set_up_horovod_compat() {
 JobRun::Stop JobRun::connect_remote_hosts() {
   const std::vector<std::string>& remote_names = hosts.remote_names;
   heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
-  if (remote_names.empty()) return {};
+  if (remote_names.empty() && !opts.elastic.enabled) return {};  // (an elastic job's hosts may come later)
   StarterSettings ss;
   ss.ssh.port = opts.ssh_port;
   ss.ssh.identity_file = opts.ssh_identity_file;
@@ -298,10 +299,10 @@ JobRun::Stop JobRun::connect_remote_hosts() {
   ss.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
   ss.start_timeout = opts.start_timeout;
   starter = make_starter(plan->launcher, ss);
-  RemoteSettings rs;
   rs.remote_hvdrun = ss.remote_hvdrun;
   rs.start_timeout = opts.start_timeout;
   rs.heartbeat_timeout = heartbeat_timeout;
+  if (remote_names.empty()) return {};
   for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs, *starter));
   spdlog::debug("starting agents on {} host(s) ({})", remotes.size(), launcher_kind_name(plan->launcher));
   auto deadline = deadline_in(opts.start_timeout);
@@ -382,9 +383,9 @@ JobRun::Stop JobRun::open_the_output() {
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
   if (!opts.elastic.enabled) return {};
-  elastic = std::make_unique<ElasticJob>(opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) {
-    return elastic_launch(r, n, s);
-  });
+  elastic = std::make_unique<ElasticJob>(
+      opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) { return elastic_launch(r, n, s); },
+      [this](const std::string& host) { return open_new_host(host); }, heartbeat_timeout);
   ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
   (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
   (*sink)->on_file_failure([&e](std::string message) { e.request_end(std::move(message), exit_code::kOutputFailed); });
@@ -468,8 +469,9 @@ void JobRun::make_launches() {
     jobs[i].kill_grace = opts.kill_grace;
     jobs[i].heartbeat_timeout = heartbeat_timeout;
     jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
-    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command);
+    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command) && !opts.elastic.enabled;
     jobs[i].bind_to = opts.bind_to;
+    jobs[i].elastic = opts.elastic.enabled;
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);
@@ -538,7 +540,7 @@ int JobRun::run_the_workers() {
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
   if (elastic) {
-    workers_result = AgentResult{elastic->run(*plan), "", false};
+    workers_result = AgentResult{elastic->run(*plan, std::move(remotes)), "", false};
     server->reset();
     return workers_result->exit_code;
   }
@@ -568,6 +570,44 @@ SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticS
   for (auto& v : elastic_worker_env(round, slot)) q.env.push_back(std::move(v));
   q.register_fd = watchdog ? watchdog->fd() : -1;
   return q;
+}
+
+// A host that discovery names while the elastic job runs (on the driver's thread): its
+// agent started and checked (admit_new_host), its job that of the first remote host's
+// (or, without one, this machine's ranks' environment).
+Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& host) {
+  AgentJob job = jobs.empty() ? AgentJob{} : jobs[0];
+  job.host = host;
+  job.stdin_to_rank0 = job.python_facts = job.python_facts_after_start = false;
+  job.elastic = true;
+  if (jobs.empty()) {
+    char cwd[4096];
+    job.cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+    job.kill_grace = opts.kill_grace;
+    job.heartbeat_timeout = heartbeat_timeout;
+    job.bind_to = opts.bind_to;
+  }
+  auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
+  job.ranks = {{0, opts.command, std::move(env)}};
+  return open_elastic_host(host, *starter, rs, [this](const RemoteHost& r) { return admit_new_host(r); }, job);
+}
+
+// The pre-flight check of a new host's hello against the job's hosts (its errors refuse
+// it), then its addresses planned as the first hosts' were.
+Status JobRun::admit_new_host(const RemoteHost& r) {
+  if (!opts.no_preflight) {
+    auto all = preflight_hosts.empty() ? std::vector<PreflightHost>{} : preflight_hosts;
+    if (all.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
+    all.push_back(remote_preflight_host(r, 1));
+    for (const auto& f : check_preflight(all, preflight_asks))
+      if (f.host == r.host() && f.severity == Finding::kError)
+        return make_error(ErrorKind::kLaunchFailed, "host " + r.host() + ": pre-flight: " + f.text);
+  }
+  ai.remotes.push_back({r.host(), r.hello()});
+  auto planned = plan_addressing(ai);
+  if (!planned) return planned.error();
+  addressing->remote[r.host()] = planned->remote.at(r.host());
+  return {};
 }
 
 // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).

@@ -196,7 +196,7 @@ void ElasticDriver::poll_discovery() {
 void ElasticDriver::open_new_hosts() {
   if (!io_.hosts) return;
   for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {
-    if (!io_.hosts->remote(h.host)) continue;
+    if (!io_.hosts->remote(h.host) || lost_.count(h.host)) continue;  // (a lost one: blacklisted next)
     auto st = io_.hosts->open(h.host);
     if (st) continue;
     auto cooldown = blacklist_.add(h.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
@@ -213,8 +213,10 @@ void ElasticDriver::check_agents() {
   for (const auto& p : procs_)
     if (!p->exited && io_.hosts->remote(p->slot.host)) hosts.insert(p->slot.host);
   double now = io_.runner.now(), limit = io_.hosts->heartbeat_timeout();
+  agents_due_.reset();
   for (const auto& h : hosts) {
     auto l = io_.hosts->liveness(h);
+    if (!l.dropped && now - l.heard <= limit) agents_due_ = std::min(agents_due_.value_or(1e300), l.heard + limit + 0.001);
     if (l.dropped) {
       lose_host(h, "the link to its agent dropped: " + *l.dropped);
     } else if (now - l.heard > limit) {
@@ -397,7 +399,7 @@ void ElasticDriver::wait_once(int sigfd) {
           pfds.push_back({p->pipes[s].get(), POLLIN, 0});
         }
   double timeout = congested ? 0.005 : 1.0;
-  for (const auto& d : {next_discovery_, kill_at_, drain_at_})
+  for (const auto& d : {next_discovery_, kill_at_, drain_at_, agents_due_})
     if (d) timeout = std::min(timeout, *d - io_.runner.now());
   int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
   if (n <= 0) return;

@@ -114,6 +114,7 @@ class ElasticDriver {
   std::vector<std::pair<std::string, std::optional<double>>> blacklisted_now_;
   std::optional<double> drain_at_;
   std::string last_discovery_warning_;
+  std::optional<double> agents_due_;  // when the quietest agent's silence would lose its host
   std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
 };
 

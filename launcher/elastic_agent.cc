@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "common/socket_io.h"
 #include "launcher/line_splitter.h"
@@ -48,6 +49,7 @@ class ElasticAgent {
   void reap();
   void report_ended();
   void end_all();
+  void check_stopped();
   bool running() const {
     return std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return !w.second->status; });
   }
@@ -58,7 +60,8 @@ class ElasticAgent {
   agentwire::FrameReader& reader_;
   ProcessRunner& runner_ = system_process_runner();
   std::map<int, std::unique_ptr<Worker>> workers_;  // by hvdrun's id
-  double heard_ = 0, beat_ = 0;
+  std::map<pid_t, double> stopped_since_;           // workers' groups seen stopped, since when
+  double heard_ = 0, beat_ = 0, next_stop_check_ = 0;
   bool broken_ = false, gone_ = false, signalled_ = false;
 };
 
@@ -139,6 +142,28 @@ void ElasticAgent::report_ended() {
   }
 }
 
+// A worker stopped (SIGSTOP) past the heartbeat time-out holds its peers' collectives as a
+// silent host would: it is killed, and its end (SIGKILL) fails its host. Checked twice a
+// second (a scan of /proc).
+void ElasticAgent::check_stopped() {
+  double now = runner_.now();
+  if (now < next_stop_check_) return;
+  next_stop_check_ = now + 0.5;
+  std::set<pid_t> stopped = runner_.stopped_groups();
+  for (auto it = stopped_since_.begin(); it != stopped_since_.end();)
+    it = stopped.count(it->first) ? std::next(it) : stopped_since_.erase(it);
+  for (auto& [id, w] : workers_) {
+    if (w->status || w->pid <= 0 || !stopped.count(w->pid)) continue;
+    double since = stopped_since_.emplace(w->pid, now).first->second;
+    if (now - since < job_.heartbeat_timeout) continue;
+    std::string line = "hvdrun --agent: a worker stopped for " + std::to_string(static_cast<int>(now - since)) +
+                       " s (HVDRUN_HEARTBEAT_TIMEOUT): killed\n";
+    send(Type::kOutput, agentwire::encode_output(-1, 1, line).substr(5));
+    runner_.signal_group(w->pid, SIGKILL);
+    stopped_since_.erase(w->pid);
+  }
+}
+
 // hvdrun is gone: every worker here ends (SIGTERM, SIGKILL after the grace), each reaped.
 void ElasticAgent::end_all() {
   for (auto& [id, w] : workers_)
@@ -189,6 +214,7 @@ int ElasticAgent::run() {
         read_output(pipe_of[i].first, *workers_[pipe_of[i].first], pipe_of[i].second);
     reap();
     report_ended();
+    check_stopped();
   }
   bool had_workers = running();
   end_all();

@@ -50,6 +50,7 @@ class ElasticAgent {
   void report_ended();
   void end_all();
   void check_stopped();
+  void poll_once(int sigfd);
   bool running() const {
     return std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return !w.second->status; });
   }
@@ -185,9 +186,34 @@ void ElasticAgent::end_all() {
   }
 }
 
+// One wait on hvdrun's stream, the signals and the workers' pipes, until the next heartbeat
+// or silence check; what came is taken.
+void ElasticAgent::poll_once(int sigfd) {
+  double now = runner_.now();
+  std::vector<pollfd> pfds{{in_fd_, POLLIN, 0}, {sigfd, POLLIN, 0}};
+  std::vector<std::pair<int, int>> pipe_of;  // (id, stream) of pfds[2 + i]
+  for (auto& [id, w] : workers_)
+    for (int s = 0; s < 2; ++s)
+      if (w->pipes[s].valid()) {
+        pfds.push_back({w->pipes[s].get(), POLLIN, 0});
+        pipe_of.emplace_back(id, s);
+      }
+  double until = std::min({beat_, heard_ + job_.heartbeat_timeout + 0.01, now + 0.5});
+  int n = runner_.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>((until - now) * 1000) + 1));
+  if (n <= 0) return;
+  if (pfds[0].revents & (POLLIN | POLLHUP | POLLERR)) gone_ = !read_link();
+  if (pfds[1].revents & POLLIN)
+    for (auto [sig, sender] : runner_.read_signals(sigfd))
+      signalled_ = signalled_ || sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
+  for (size_t i = 0; i < pipe_of.size(); ++i)
+    if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR))
+      read_output(pipe_of[i].first, *workers_[pipe_of[i].first], pipe_of[i].second);
+}
+
 int ElasticAgent::run() {
   UniqueFd sigfd = runner_.open_signals();
   heard_ = beat_ = runner_.now();
+  while (auto f = reader_.next()) take(*f);  // what came with kStart
   while (true) {
     double now = runner_.now();
     if (now >= beat_) {
@@ -195,23 +221,7 @@ int ElasticAgent::run() {
       beat_ = now + agentwire::kHeartbeatInterval;
     }
     if (gone_ || broken_ || signalled_ || now - heard_ > job_.heartbeat_timeout) break;
-    std::vector<pollfd> pfds{{in_fd_, POLLIN, 0}, {sigfd.get(), POLLIN, 0}};
-    std::vector<std::pair<int, int>> pipe_of;  // (id, stream) of pfds[2 + i]
-    for (auto& [id, w] : workers_)
-      for (int s = 0; s < 2; ++s)
-        if (w->pipes[s].valid()) {
-          pfds.push_back({w->pipes[s].get(), POLLIN, 0});
-          pipe_of.emplace_back(id, s);
-        }
-    double until = std::min({beat_, heard_ + job_.heartbeat_timeout + 0.01, now + 0.5});
-    int n = runner_.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>((until - now) * 1000) + 1));
-    if (n > 0 && (pfds[0].revents & (POLLIN | POLLHUP | POLLERR))) gone_ = !read_link();
-    if (n > 0 && (pfds[1].revents & POLLIN))
-      for (auto [sig, sender] : runner_.read_signals(sigfd.get()))
-        signalled_ = signalled_ || sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
-    for (size_t i = 0; n > 0 && i < pipe_of.size(); ++i)
-      if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR))
-        read_output(pipe_of[i].first, *workers_[pipe_of[i].first], pipe_of[i].second);
+    poll_once(sigfd.get());
     reap();
     report_ended();
     check_stopped();

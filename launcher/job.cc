@@ -52,21 +52,6 @@ int fail(const Error& e) {
   return exit_code_for(e);
 }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "hvdrun";
-}
-
-std::string ssh_dir() {
-  const char* home = std::getenv("HOME");
-  if (!home || !*home) {
-    passwd* pw = getpwuid(getuid());
-    home = pw ? pw->pw_dir : "/";
-  }
-  return std::string(home) + "/.ssh";
-}
-
 // Runs fn(i, host) for every remote host at once; the errors, one line each.
 template <class Fn>
 std::vector<Error> on_every_host(std::vector<std::unique_ptr<RemoteHost>>& hosts, Fn fn) {
@@ -116,6 +101,7 @@ struct JobRun {
   Stop check_the_python();
   int run_the_workers();
   SpawnRequest elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot);
+  AgentJob agent_job_for(const std::string& host) const;
   Result<std::unique_ptr<RemoteHost>> open_new_host(const std::string& host);
   Status admit_new_host(const RemoteHost& r);
   int merge_the_timeline(int code);
@@ -455,8 +441,6 @@ JobRun::Stop JobRun::start_the_rendezvous() {
 void JobRun::make_launches() {
   const auto& remote_index = hosts.remote_index;
   jobs.resize(remotes.size());
-  char cwd[4096];
-  std::string workdir = getcwd(cwd, sizeof cwd) ? cwd : "/";
   // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
   // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
   if (auto it = remote_index.find(ai.rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
@@ -464,14 +448,9 @@ void JobRun::make_launches() {
     jobs[it->second].stdin_to_rank0 = true;
   }
   for (size_t i = 0; i < remotes.size(); ++i) {
-    jobs[i].host = hosts.remote_names[i];
-    jobs[i].cwd = workdir;
-    jobs[i].kill_grace = opts.kill_grace;
-    jobs[i].heartbeat_timeout = heartbeat_timeout;
+    jobs[i] = agent_job_for(hosts.remote_names[i]);
     jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
     jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command) && !opts.elastic.enabled;
-    jobs[i].bind_to = opts.bind_to;
-    jobs[i].elastic = opts.elastic.enabled;
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);
@@ -489,6 +468,19 @@ void JobRun::make_launches() {
     if (launches.size() < placement.size()) l.request.cpus = placement[launches.size()].cpus;
     launches.push_back(std::move(l));
   }
+}
+
+// A remote host's job, its ranks to come: in the launcher's working directory.
+AgentJob JobRun::agent_job_for(const std::string& host) const {
+  char cwd[4096];
+  AgentJob job;
+  job.host = host;
+  job.cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  job.kill_grace = opts.kill_grace;
+  job.heartbeat_timeout = heartbeat_timeout;
+  job.bind_to = opts.bind_to;
+  job.elastic = opts.elastic.enabled;
+  return job;
 }
 
 // Every remote host sent its job (the agents check their working directory, program and
@@ -573,20 +565,10 @@ SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticS
 }
 
 // A host that discovery names while the elastic job runs (on the driver's thread): its
-// agent started and checked (admit_new_host), its job that of the first remote host's
-// (or, without one, this machine's ranks' environment).
+// agent started and checked (admit_new_host); its job's one rank, for the program's check,
+// has the first rank's environment.
 Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& host) {
-  AgentJob job = jobs.empty() ? AgentJob{} : jobs[0];
-  job.host = host;
-  job.stdin_to_rank0 = job.python_facts = job.python_facts_after_start = false;
-  job.elastic = true;
-  if (jobs.empty()) {
-    char cwd[4096];
-    job.cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
-    job.kill_grace = opts.kill_grace;
-    job.heartbeat_timeout = heartbeat_timeout;
-    job.bind_to = opts.bind_to;
-  }
+  AgentJob job = agent_job_for(host);
   auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
   job.ranks = {{0, opts.command, std::move(env)}};
   return open_elastic_host(host, *starter, rs, [this](const RemoteHost& r) { return admit_new_host(r); }, job);
@@ -596,12 +578,8 @@ Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& hos
 // it), then its addresses planned as the first hosts' were.
 Status JobRun::admit_new_host(const RemoteHost& r) {
   if (!opts.no_preflight) {
-    auto all = preflight_hosts.empty() ? std::vector<PreflightHost>{} : preflight_hosts;
-    if (all.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
-    all.push_back(remote_preflight_host(r, 1));
-    for (const auto& f : check_preflight(all, preflight_asks))
-      if (f.host == r.host() && f.severity == Finding::kError)
-        return make_error(ErrorKind::kLaunchFailed, "host " + r.host() + ": pre-flight: " + f.text);
+    if (preflight_hosts.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
+    if (auto st = check_joining_host(preflight_hosts, preflight_asks, r); !st) return st;
   }
   ai.remotes.push_back({r.host(), r.hello()});
   auto planned = plan_addressing(ai);

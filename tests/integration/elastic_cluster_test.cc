@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cluster_test_util.h"
+#include "elastic_steps.h"
 
 using namespace testing_hvdrun;
 using namespace cluster_test;
@@ -100,24 +101,6 @@ class Job {
   std::set<std::string> shm_;
   std::unique_ptr<Process> p_;
 };
-
-struct Step {
-  int batch, rank, size;
-  std::string slot;
-  long pid;
-};
-
-std::vector<Step> steps(const std::string& out) {
-  static const std::regex re(R"(STEP batch=(\d+) rank=(\d+) size=(\d+) sum=(\d+) slot=(\S+) pid=(\d+))");
-  std::vector<Step> s;
-  for (const auto& line : split_lines(out)) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    EXPECT_EQ(m[3], m[4]) << line;  // the allreduce's sum is the size: every rank took part
-    s.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), m[5], std::stol(m[6])});
-  }
-  return s;
-}
 
 // What every scenario checks of the training: each size's ranks on the slots expected (in
 // the order of `sizes`, slot -> rank), each slot one process for its whole life, the batch

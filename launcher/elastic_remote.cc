@@ -62,7 +62,13 @@ void ElasticAgents::close_all() {
   for (const auto& h : hosts) close(h);
 }
 
-bool ElasticAgents::remote(const std::string& host) const { return !is_local_host(host); }
+// (Asked at every turn of the driver's loop: is_local_host reads the interfaces.)
+bool ElasticAgents::remote(const std::string& host) const {
+  std::lock_guard<std::mutex> lk(remote_mu_);
+  auto it = remote_.find(host);
+  if (it == remote_.end()) it = remote_.emplace(host, !is_local_host(host)).first;
+  return it->second;
+}
 
 void ElasticAgents::add(std::unique_ptr<RemoteHost> host) {
   auto s = std::make_unique<Session>();

@@ -77,6 +77,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones, by id
   std::vector<std::pair<pid_t, int>> reaped_;
   pid_t next_id_ = kFirstRemoteId;
+  mutable std::mutex remote_mu_;
+  mutable std::map<std::string, bool> remote_;  // host -> not this machine
 };
 
 }  // namespace hvdrun

@@ -577,6 +577,9 @@ Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& hos
 // The pre-flight check of a new host's hello against the job's hosts (its errors refuse
 // it), then its addresses planned as the first hosts' were.
 Status JobRun::admit_new_host(const RemoteHost& r) {
+  if (ai.remotes.empty() && opts.network_interface.empty())  // (plan_addressing chose loopback for all)
+    return make_error(ErrorKind::kUsage, "host " + r.host() + ": the job started on this machine's hosts alone, whose "
+                                         "ranks use loopback addresses; give --network-interface to add other hosts");
   if (!opts.no_preflight) {
     if (preflight_hosts.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
     if (auto st = check_joining_host(preflight_hosts, preflight_asks, r); !st) return st;

@@ -441,16 +441,16 @@ JobRun::Stop JobRun::start_the_rendezvous() {
 void JobRun::make_launches() {
   const auto& remote_index = hosts.remote_index;
   jobs.resize(remotes.size());
+  for (size_t i = 0; i < remotes.size(); ++i) {
+    jobs[i] = agent_job_for(hosts.remote_names[i]);
+    jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
+    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command) && !opts.elastic.enabled;
+  }
   // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
   // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
   if (auto it = remote_index.find(ai.rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
     stdin_host = remotes[it->second].get();
     jobs[it->second].stdin_to_rank0 = true;
-  }
-  for (size_t i = 0; i < remotes.size(); ++i) {
-    jobs[i] = agent_job_for(hosts.remote_names[i]);
-    jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
-    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command) && !opts.elastic.enabled;
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);

@@ -52,7 +52,8 @@ class Job {
     std::ofstream(dir_ + "/discover.sh") << "#!/bin/sh\ncat " << dir_ << "/hosts\n";
     chmod((dir_ + "/discover.sh").c_str(), 0755);
     // hvdrun's stderr in a file the test reads while the job runs.
-    std::vector<std::string> argv{"sh", "-c", "exec \"$0\" \"$@\" 2>" + dir_ + "/err", kHvdrun,
+    // (--start-timeout: four torch imports on a loaded 2-core machine may take long)
+    std::vector<std::string> argv{"sh", "-c", "exec \"$0\" \"$@\" 2>" + dir_ + "/err", kHvdrun, "--start-timeout", "120",
                                   "--host-discovery-script", dir_ + "/discover.sh"};
     argv.insert(argv.end(), args.begin(), args.end());
     for (const char* a : {"/usr/bin/python3", TEST_SOURCE_DIR "/integration/elastic_cluster_worker.py"}) argv.push_back(a);
@@ -68,7 +69,7 @@ class Job {
     std::filesystem::rename(dir_ + "/hosts.tmp", dir_ + "/hosts");
   }
   // Waits (up to `seconds`) until rank 0 has done batch `batch` or later at size `size`.
-  ::testing::AssertionResult reached(int batch, int size, double seconds = 90) {
+  ::testing::AssertionResult reached(int batch, int size, double seconds = 150) {
     bool ok = wait_until([&] {
       std::istringstream in(read_file(dir_ + "/progress"));
       int b = -1, s = -1;

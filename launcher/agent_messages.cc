@@ -83,6 +83,7 @@ std::string encode_job(const AgentJob& job) {
   j["python_facts"] = job.python_facts;
   if (job.python_facts_after_start) j["python_facts_after_start"] = true;
   j["bind_to"] = job.bind_to;
+  if (job.elastic) j["elastic"] = true;
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : job.ranks) j["ranks"].push_back({{"rank", r.rank}, {"argv", r.argv}, {"env", r.env}});
   return j.dump();
@@ -100,6 +101,7 @@ Result<AgentJob> decode_job(const std::string& text) {
     job.python_facts = j.value("python_facts", false);
     job.python_facts_after_start = j.value("python_facts_after_start", false);
     job.bind_to = j.value("bind_to", std::string("none"));  // an older hvdrun's job: no binding
+    job.elastic = j.value("elastic", false);
     for (const auto& r : j.at("ranks"))
       job.ranks.push_back({r.at("rank").get<int>(), r.at("argv").get<std::vector<std::string>>(),
                            r.at("env").get<std::vector<std::string>>()});
@@ -245,6 +247,40 @@ Result<AgentDone> decode_done(const std::string& text) {
   return decode_report<AgentDone>(text, "done", [](const nlohmann::json& j, AgentDone& v) {
     v.code = field(j, "code", v.code);
     v.lost_contact_s = field(j, "lost_contact_s", v.lost_contact_s);
+  });
+}
+
+std::string encode_spawn(const AgentSpawn& s) {
+  return nlohmann::json{{"id", s.id}, {"argv", s.argv}, {"env", s.env}}.dump();
+}
+
+Result<AgentSpawn> decode_spawn(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    AgentSpawn s{j.at("id").get<int>(), j.at("argv").get<std::vector<std::string>>(),
+                 j.at("env").get<std::vector<std::string>>()};
+    if (s.argv.empty()) return make_error(ErrorKind::kMalformed, "spawn without a command");
+    return s;
+  } catch (const std::exception& e) {
+    return make_error(ErrorKind::kMalformed, std::string("bad spawn message: ") + e.what());
+  }
+}
+
+std::string encode_kill(const AgentKill& k) { return nlohmann::json{{"id", k.id}, {"signal", k.signal}}.dump(); }
+
+Result<AgentKill> decode_kill(const std::string& text) {
+  return decode_report<AgentKill>(text, "kill", [](const nlohmann::json& j, AgentKill& v) {
+    v.id = field(j, "id", v.id);
+    v.signal = field(j, "signal", v.signal);
+  });
+}
+
+std::string encode_ended(const AgentEnded& e) { return nlohmann::json{{"id", e.id}, {"status", e.status}}.dump(); }
+
+Result<AgentEnded> decode_ended(const std::string& text) {
+  return decode_report<AgentEnded>(text, "ended worker", [](const nlohmann::json& j, AgentEnded& v) {
+    v.id = field(j, "id", v.id);
+    v.status = field(j, "status", v.status);
   });
 }
 

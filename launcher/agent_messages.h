@@ -25,6 +25,10 @@ struct AgentJob {
   // never holding kDone). An older agent ignores it: no facts from that host.
   bool python_facts_after_start = false;
   std::string bind_to = "none";   // --bind-to, decided on the host from its topology (placement.h)
+  // An elastic job (docs/ELASTIC.md): after kStart the agent runs no rank of `ranks` (they
+  // are the host's slots, for the checks and the budget) but the workers that kSpawn asks
+  // for, until hvdrun closes the link.
+  bool elastic = false;
   struct Rank {
     int rank = 0;
     std::vector<std::string> argv, env;
@@ -123,5 +127,28 @@ struct AgentDone {
 };
 std::string encode_done(const AgentDone& d);
 Result<AgentDone> decode_done(const std::string& json);
+
+// An elastic job's worker on an agent's host (hvdrun -> agent): kSpawn starts one (its id is
+// hvdrun's, unique in the job; kOutput carries the id as its rank), kKill signals its
+// process group; the agent reports its end with kEnded (its wait status) once its output
+// has gone.
+struct AgentSpawn {
+  int id = -1;
+  std::vector<std::string> argv, env;
+};
+std::string encode_spawn(const AgentSpawn& s);
+Result<AgentSpawn> decode_spawn(const std::string& json);
+struct AgentKill {
+  int id = -1;
+  int signal = 0;
+};
+std::string encode_kill(const AgentKill& k);
+Result<AgentKill> decode_kill(const std::string& json);
+struct AgentEnded {
+  int id = -1;
+  int status = 1 << 8;
+};
+std::string encode_ended(const AgentEnded& e);
+Result<AgentEnded> decode_ended(const std::string& json);
 
 }  // namespace hvdrun

@@ -63,7 +63,7 @@ Status FrameReader::feed(std::string_view bytes) {
     uint32_t len = get_u32(buf_.data() + pos);
     auto type = static_cast<uint8_t>(buf_[pos + 4]);
     if (len == 0 || len > kMaxFrame || type < static_cast<uint8_t>(Type::kHello) ||
-        type > static_cast<uint8_t>(Type::kPythonFacts)) {
+        type > static_cast<uint8_t>(Type::kEnded)) {
       buf_.erase(0, pos);  // what stuck_at() quotes
       return make_error(ErrorKind::kMalformed,
                         "the agent's stream is not a frame at byte " + std::to_string(framed_) + ": '" + stuck_at() +

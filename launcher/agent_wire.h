@@ -11,10 +11,12 @@
 //                    whole lines), kFailed (JSON: rank, wait status), kDone (JSON: code,
 //                    lost_contact_s), kExited (JSON: rank), kSlurmSignal (JSON: signal),
 //                    kStdinTaken (JSON: bytes of kStdin written to rank 0, or closed),
-//                    kPythonFacts (JSON as kReady's, when the job asked for them then)
+//                    kPythonFacts (JSON as kReady's, when the job asked for them then),
+//                    kEnded (JSON: an elastic worker's id and wait status)
 //   hvdrun -> agent: kJob (JSON: cwd, kill grace, heartbeat time-out, one entry per rank
 //                    with argv and env), kStart, kSignal (u8 signal), kStdin (bytes for
-//                    rank 0; empty: end of input)
+//                    rank 0; empty: end of input), kSpawn and kKill (JSON: an elastic
+//                    job's worker to start, a signal to its group)
 //   both ways:       kHeartbeat, every kHeartbeatInterval once the job runs: a side that
 //                    hears nothing for the time-out takes the other for gone (a network
 //                    partition sends no FIN)
@@ -59,6 +61,11 @@ enum class Type : uint8_t {
   // agent -> hvdrun, only when its kJob asked (python_facts_after_start): the Python facts
   // (as kReady's JSON), once the probe answered, after kStart and before kDone.
   kPythonFacts = 16,
+  // An elastic job (AgentJob::elastic; agent_messages.h): hvdrun -> agent kSpawn (JSON: id,
+  // argv, env) and kKill (JSON: id, signal); agent -> hvdrun kEnded (JSON: id, wait status).
+  kSpawn = 17,
+  kKill = 18,
+  kEnded = 19,
 };
 
 inline constexpr double kHeartbeatInterval = 2.0;  // seconds
@@ -68,7 +75,7 @@ inline constexpr uint32_t kMaxFrame = 64u << 20;
 // The agent protocol's version, in every hello (HostFacts::protocol): hvdrun and an agent
 // of another version talk when theirs are equal. Raise it with any change to a frame or a
 // message that the other side would misread.
-inline constexpr int kProtocol = 1;
+inline constexpr int kProtocol = 2;  // 2: the elastic frames
 
 struct Frame {
   Type type;

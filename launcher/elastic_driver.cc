@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <set>
 #include <stdexcept>
 
 #include "launcher/agent.h"
@@ -33,6 +34,7 @@ struct ElasticDriver::Proc {
   bool left = false;    // left the rendezvous without hvd_shutdown
   bool killed = false;  // by the driver
   bool group_gone = false;  // exited and its group empty: its id is never signalled again
+  bool lost = false;    // its host was lost (its agent dropped or silent): counted as killed
   UniqueFd pipes[2];
   LineSplitter split[2];
   WorkerEnd end() const {
@@ -102,6 +104,7 @@ bool ElasticDriver::step() {
   reap();
   forget_ended_groups();
   take_left();
+  if (!ending_) check_agents();
   if (!ending_) {
     if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
     act(judge_round(round_state()));
@@ -217,6 +220,57 @@ void ElasticDriver::poll_discovery() {
   if (out && d.verdict.use) hosts_ = std::move(d.hosts);
   if (!warning.empty() && warning != last_discovery_warning_) io_.sink.notice("hvdrun: warning: " + warning);
   last_discovery_warning_ = warning;
+  open_new_hosts();
+}
+
+// Each usable remote host has its agent: a host whose agent cannot start is blacklisted as
+// a failed one, with a warning.
+void ElasticDriver::open_new_hosts() {
+  if (!io_.hosts) return;
+  for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {
+    if (!io_.hosts->remote(h.host) || lost_.count(h.host)) continue;  // (a lost one: blacklisted next)
+    auto st = io_.hosts->open(h.host);
+    if (st) continue;
+    auto cooldown = blacklist_.add(h.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
+    io_.sink.notice("hvdrun: warning: elastic: " + st.error().message + "; host " + h.host + " blacklisted " +
+                    (cooldown ? "for " + std::to_string(static_cast<int>(*cooldown)) + " s" : "for good"));
+  }
+}
+
+// A host whose agent's link dropped, or that was silent past the heartbeat time-out, is
+// lost as a dead host is.
+void ElasticDriver::check_agents() {
+  if (!io_.hosts) return;
+  std::set<std::string> hosts;
+  for (const auto& p : procs_)
+    if (!p->exited && io_.hosts->remote(p->slot.host)) hosts.insert(p->slot.host);
+  double now = io_.runner.now(), limit = io_.hosts->heartbeat_timeout();
+  agents_due_.reset();
+  for (const auto& h : hosts) {
+    auto l = io_.hosts->liveness(h);
+    if (!l.dropped && now - l.heard <= limit) agents_due_ = std::min(agents_due_.value_or(1e300), l.heard + limit + 0.001);
+    if (l.dropped) {
+      lose_host(h, "the link to its agent dropped: " + *l.dropped);
+    } else if (now - l.heard > limit) {
+      lose_host(h, "its agent silent for " + std::to_string(static_cast<int>(now - l.heard + 0.5)) +
+                       " s, HVDRUN_HEARTBEAT_TIMEOUT " + std::to_string(static_cast<int>(limit)) + " s");
+    }
+  }
+}
+
+// `host`'s link closed (its agent, if it still runs, ends its workers) and its workers
+// counted as killed: the round's verdict blames the host.
+void ElasticDriver::lose_host(const std::string& host, const std::string& why) {
+  io_.hosts->close(host);
+  lost_[host] = why;
+  for (auto& p : procs_)
+    if (p->slot.host == host && !p->exited) {
+      p->exited = p->killed = p->lost = true;
+      p->status = SIGKILL;
+    }
+  if (first_failure_.empty()) first_failure_ = "host " + host + " lost (" + why + ")";
+  if (std::all_of(procs_.begin(), procs_.end(), [](const auto& q) { return q->exited; }))
+    drain_at_ = io_.runner.now() + kDrainAfterExit;
 }
 
 bool ElasticDriver::hosts_changed() const {
@@ -265,7 +319,11 @@ bool ElasticDriver::reset(const RoundVerdict& v) {
     blacklisted_now_.emplace_back(host, blacklist_.add(host, now, io_.random ? io_.random() : 0.5));
     std::string what;
     kill_host(host, what);
-    cause_ += (cause_.empty() ? "" : ", ") + std::string("host ") + host + " failed (" + what + ")";
+    auto lost = lost_.find(host);
+    if (lost != lost_.end()) what = lost->second + (what.empty() ? "" : "; ") + what;
+    cause_ += (cause_.empty() ? "" : ", ") + std::string("host ") + host + (lost != lost_.end() ? " lost (" : " failed (") +
+              what + ")";
+    if (lost != lost_.end()) lost_.erase(lost);
     failure_ = true;
   }
   if (!waiting_) waiting_since_ = now;
@@ -283,6 +341,8 @@ void ElasticDriver::kill_host(const std::string& host, std::string& what) {
     if (!p->exited) {
       io_.runner.signal_group(p->pid, SIGKILL);
       p->killed = true;
+      killed += (killed.empty() ? "" : ",") + rank;
+    } else if (p->lost) {
       killed += (killed.empty() ? "" : ",") + rank;
     } else if (p->end() == WorkerEnd::kExitedEarly) {
       what += (what.empty() ? "" : "; ") + ("rank " + rank + " exited with code 0 without hvd_shutdown");
@@ -387,7 +447,7 @@ void ElasticDriver::wait_once(int sigfd) {
           pfds.push_back({p->pipes[s].get(), POLLIN, 0});
         }
   double timeout = congested ? 0.005 : 1.0;
-  for (const auto& d : {next_discovery_, kill_at_, drain_at_, line_until_})
+  for (const auto& d : {next_discovery_, kill_at_, drain_at_, line_until_, agents_due_})
     if (d) timeout = std::min(timeout, *d - io_.runner.now());
   int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
   if (n <= 0) return;

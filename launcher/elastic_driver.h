@@ -1,5 +1,5 @@
-// The elastic driver (issue 28; docs/ELASTIC.md): runs an elastic job's workers on this
-// machine round after round. Each worker is a slot (host, index) and keeps its process
+// The elastic driver (issue 28; docs/ELASTIC.md): runs an elastic job's workers round
+// after round, on this machine and, through their agents, on other hosts (ElasticHosts). Each worker is a slot (host, index) and keeps its process
 // while its slot stays in the job. The decisions are the pure policy's
 // (elastic_policy.h: the round's verdict, the blacklist, the wait for --min-np;
 // elastic_membership.h: the next round; elastic_round.h: its keys and its line); this
@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "launcher/discovery_runner.h"
+#include "launcher/elastic_hosts.h"
 #include "launcher/elastic_membership.h"
 #include "launcher/elastic_options.h"
 #include "launcher/elastic_policy.h"
@@ -47,6 +48,7 @@ struct ElasticDriverIo {
   // A worker's process group has ended (its leader reaped, nothing left in it): its id may
   // become another process's, which a later clean-up must not signal (the watchdog forgets it).
   std::function<void(pid_t)> group_ended;
+  ElasticHosts* hosts = nullptr;    // the remote hosts' agents (unset: this machine only)
 };
 
 class ElasticDriver {
@@ -76,6 +78,9 @@ class ElasticDriver {
   void forget_ended_groups();
   void take_left();
   void poll_discovery();
+  void open_new_hosts();
+  void check_agents();
+  void lose_host(const std::string& host, const std::string& why);
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
@@ -121,6 +126,8 @@ class ElasticDriver {
   std::vector<std::pair<std::string, std::optional<double>>> blacklisted_now_;
   std::optional<double> drain_at_;
   std::string last_discovery_warning_;
+  std::optional<double> agents_due_;  // when the quietest agent's silence would lose its host
+  std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
 };
 
 }  // namespace hvdrun

@@ -1,11 +1,11 @@
 #include "launcher/elastic_job.h"
 
 #include <random>
-#include <set>
+
+#include "common/deadline.h"
 
 #include "launcher/discovery_runner.h"
 #include "launcher/exit_status.h"
-#include "launcher/local_host.h"
 
 namespace hvdrun {
 
@@ -19,40 +19,18 @@ struct ElasticJob::Store : ElasticStore {
   Status set(const std::string& key, const std::string& value) override { return server->set(key, value); }
 };
 
-namespace {
-
-// The discovery script, its hosts that are not this machine taken out (the warning once
-// per host, as a line of the script's own output would be).
-Result<DiscoveryOutput> discover_here(const ElasticOptions& e, std::set<std::string>& warned, OutputSink& sink) {
-  auto o = run_discovery_script(e.discovery_script, e.discovery_timeout);
-  if (!o) return o;
-  DiscoveredHosts d = judge_discovery_output(*o, e.slots_per_host > 0 ? e.slots_per_host : 1, e.discovery_script,
-                                             e.discovery_timeout, false);
-  if (!d.verdict.use) return o;  // the driver says why
-  std::string kept;
-  for (const auto& h : d.hosts) {
-    if (is_local_host(h.host)) {
-      kept += h.host + ":" + std::to_string(h.slots) + "\n";
-    } else if (warned.insert(h.host).second) {
-      sink.notice("hvdrun: warning: elastic: host " + h.host +
-                  " is not this machine; this build runs elastic workers on this machine only: left out");
-    }
-  }
-  o->out = kept;
-  return o;
-}
-
-}  // namespace
-
 ElasticJob::ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch,
-                       Watchdog* watchdog)
-    : store_(std::make_unique<Store>()) {
-  ElasticDriverIo io{system_process_runner(), *store_, sink, nullptr, std::move(launch), nullptr, nullptr};
-  if (watchdog) io.group_ended = [watchdog](pid_t g) { watchdog->forget(g); };
-  if (!opts.elastic.discovery_script.empty()) {
-    auto warned = std::make_shared<std::set<std::string>>();
-    io.discover = [e = opts.elastic, warned, &sink] { return discover_here(e, *warned, sink); };
-  }
+                       ElasticAgents::Opener opener, double heartbeat_timeout, Watchdog* watchdog)
+    : store_(std::make_unique<Store>()),
+      agents_(std::make_unique<ElasticAgents>(std::move(opener), sink, heartbeat_timeout)) {
+  ElasticDriverIo io{*agents_, *store_, sink, nullptr, std::move(launch), nullptr, nullptr};
+  io.hosts = agents_.get();
+  if (watchdog)  // a remote worker's id is not a group of this machine's
+    io.group_ended = [watchdog](pid_t g) {
+      if (g < ElasticAgents::kFirstRemoteId) watchdog->forget(g);
+    };
+  if (!opts.elastic.discovery_script.empty())
+    io.discover = [e = opts.elastic] { return run_discovery_script(e.discovery_script, e.discovery_timeout); };
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
   io.random = [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); };
   driver_ = std::make_unique<ElasticDriver>(opts.elastic, opts.kill_grace, plan.hosts, std::move(io));
@@ -73,14 +51,24 @@ rdv::ServerCallbacks ElasticJob::callbacks() {
 
 void ElasticJob::attach(rdv::Server& server) { store_->server = &server; }
 
-int ElasticJob::run(const JobPlan& plan) { return driver_->run(plan.ranks); }
+int ElasticJob::run(const JobPlan& plan, std::vector<std::unique_ptr<RemoteHost>> remotes) {
+  for (auto& r : remotes) agents_->add(std::move(r));
+  int code = driver_->run(plan.ranks);
+  agents_->close_all();
+  return code;
+}
 
-std::string elastic_refusal(const JobPlan& plan) {
-  for (const auto& h : plan.hosts)
-    if (!is_local_host(h.host))
-      return "elastic training: host " + h.host +
-             " is not this machine; this build runs an elastic job's workers on this machine only";
-  return "";
+Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, AgentStarter& starter,
+                                                      const RemoteSettings& rs,
+                                                      const std::function<Status(const RemoteHost&)>& admit,
+                                                      const AgentJob& job) {
+  auto r = std::make_unique<RemoteHost>(host, rs, starter);
+  auto deadline = deadline_in(rs.start_timeout);
+  if (auto st = starter.begin({host}, deadline); !st) return st.error();
+  if (auto st = r->connect(deadline); !st) return st.error();
+  if (auto st = admit(*r); !st) return st.error();
+  if (auto st = r->prepare(job); !st) return st.error();
+  return r;
 }
 
 }  // namespace hvdrun

@@ -52,21 +52,6 @@ int fail(const Error& e) {
   return exit_code_for(e);
 }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "hvdrun";
-}
-
-std::string ssh_dir() {
-  const char* home = std::getenv("HOME");
-  if (!home || !*home) {
-    passwd* pw = getpwuid(getuid());
-    home = pw ? pw->pw_dir : "/";
-  }
-  return std::string(home) + "/.ssh";
-}
-
 // Runs fn(i, host) for every remote host at once; the errors, one line each.
 template <class Fn>
 std::vector<Error> on_every_host(std::vector<std::unique_ptr<RemoteHost>>& hosts, Fn fn) {
@@ -116,6 +101,9 @@ struct JobRun {
   Stop check_the_python();
   int run_the_workers();
   SpawnRequest elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot);
+  AgentJob agent_job_for(const std::string& host) const;
+  Result<std::unique_ptr<RemoteHost>> open_new_host(const std::string& host);
+  Status admit_new_host(const RemoteHost& r);
   int merge_the_timeline(int code);
 
   const LaunchOptions& opts;
@@ -137,6 +125,7 @@ struct JobRun {
     }
   } disarm_on_return{watchdog};
   std::unique_ptr<AgentStarter> starter;  // before the hosts: it outlives their links
+  RemoteSettings rs;
   std::vector<std::unique_ptr<RemoteHost>> remotes;
   double heartbeat_timeout = 0;
   AddressingInput ai;
@@ -196,8 +185,6 @@ JobRun::Stop JobRun::make_the_plan() {
     if (opts.dry_run) std::fprintf(stderr, "hvdrun: %s\n", text.c_str());
     else spdlog::info("{}", text);
   }
-  if (opts.elastic.enabled && !opts.dry_run)
-    if (auto why = elastic_refusal(*plan); !why.empty()) return fail(error_of(ErrorKind::kUsage, why));
   if (opts.dry_run) {
     auto binding = dry_run_binding(*plan, opts.bind_to);
     if (!binding) return fail(binding.error());
@@ -287,7 +274,7 @@ JobRun::Stop JobRun::set_up_horovod_compat() {
 JobRun::Stop JobRun::connect_remote_hosts() {
   const std::vector<std::string>& remote_names = hosts.remote_names;
   heartbeat_timeout = tunable_double("HVDRUN_HEARTBEAT_TIMEOUT");
-  if (remote_names.empty()) return {};
+  if (remote_names.empty() && !opts.elastic.enabled) return {};  // (an elastic job's hosts may come later)
   StarterSettings ss;
   ss.ssh.port = opts.ssh_port;
   ss.ssh.identity_file = opts.ssh_identity_file;
@@ -298,10 +285,10 @@ JobRun::Stop JobRun::connect_remote_hosts() {
   ss.remote_hvdrun = opts.remote_hvdrun.empty() ? self_exe() : opts.remote_hvdrun;
   ss.start_timeout = opts.start_timeout;
   starter = make_starter(plan->launcher, ss);
-  RemoteSettings rs;
   rs.remote_hvdrun = ss.remote_hvdrun;
   rs.start_timeout = opts.start_timeout;
   rs.heartbeat_timeout = heartbeat_timeout;
+  if (remote_names.empty()) return {};
   for (const auto& h : remote_names) remotes.push_back(std::make_unique<RemoteHost>(h, rs, *starter));
   spdlog::debug("starting agents on {} host(s) ({})", remotes.size(), launcher_kind_name(plan->launcher));
   auto deadline = deadline_in(opts.start_timeout);
@@ -384,6 +371,7 @@ JobRun::Stop JobRun::open_the_output() {
   if (!opts.elastic.enabled) return {};
   elastic = std::make_unique<ElasticJob>(
       opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) { return elastic_launch(r, n, s); },
+      [this](const std::string& host) { return open_new_host(host); }, heartbeat_timeout,
       watchdog ? &*watchdog : nullptr);
   ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
   (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
@@ -454,22 +442,16 @@ JobRun::Stop JobRun::start_the_rendezvous() {
 void JobRun::make_launches() {
   const auto& remote_index = hosts.remote_index;
   jobs.resize(remotes.size());
-  char cwd[4096];
-  std::string workdir = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  for (size_t i = 0; i < remotes.size(); ++i) {
+    jobs[i] = agent_job_for(hosts.remote_names[i]);
+    jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
+    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command) && !opts.elastic.enabled;
+  }
   // hvdrun's stdin goes to rank 0 wherever it runs (as mpirun does): when rank 0 is remote,
   // through its agent. Not from a terminal hvdrun does not own (it would be stopped).
   if (auto it = remote_index.find(ai.rank0_host); it != remote_index.end() && stdin_is_ours_to_read()) {
     stdin_host = remotes[it->second].get();
     jobs[it->second].stdin_to_rank0 = true;
-  }
-  for (size_t i = 0; i < remotes.size(); ++i) {
-    jobs[i].host = hosts.remote_names[i];
-    jobs[i].cwd = workdir;
-    jobs[i].kill_grace = opts.kill_grace;
-    jobs[i].heartbeat_timeout = heartbeat_timeout;
-    jobs[i].python_facts = preflight && opts.check && runs_python(opts.command);
-    jobs[i].python_facts_after_start = preflight && !opts.check && runs_python(opts.command);
-    jobs[i].bind_to = opts.bind_to;
   }
   for (const auto& r : plan->ranks) {
     JobEnv host_env = env_of_host(base, *addressing, r.host);
@@ -487,6 +469,19 @@ void JobRun::make_launches() {
     if (launches.size() < placement.size()) l.request.cpus = placement[launches.size()].cpus;
     launches.push_back(std::move(l));
   }
+}
+
+// A remote host's job, its ranks to come: in the launcher's working directory.
+AgentJob JobRun::agent_job_for(const std::string& host) const {
+  char cwd[4096];
+  AgentJob job;
+  job.host = host;
+  job.cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+  job.kill_grace = opts.kill_grace;
+  job.heartbeat_timeout = heartbeat_timeout;
+  job.bind_to = opts.bind_to;
+  job.elastic = opts.elastic.enabled;
+  return job;
 }
 
 // Every remote host sent its job (the agents check their working directory, program and
@@ -538,7 +533,7 @@ int JobRun::run_the_workers() {
   agent.set_remotes(controls);
   (*server)->begin_start_timer();
   if (elastic) {
-    workers_result = AgentResult{elastic->run(*plan), "", false};
+    workers_result = AgentResult{elastic->run(*plan, std::move(remotes)), "", false};
     server->reset();
     return workers_result->exit_code;
   }
@@ -568,6 +563,33 @@ SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticS
   for (auto& v : elastic_worker_env(round, slot)) q.env.push_back(std::move(v));
   q.register_fd = watchdog ? watchdog->fd() : -1;
   return q;
+}
+
+// A host that discovery names while the elastic job runs (on the driver's thread): its
+// agent started and checked (admit_new_host); its job's one rank, for the program's check,
+// has the first rank's environment.
+Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& host) {
+  AgentJob job = agent_job_for(host);
+  auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
+  job.ranks = {{0, opts.command, std::move(env)}};
+  return open_elastic_host(host, *starter, rs, [this](const RemoteHost& r) { return admit_new_host(r); }, job);
+}
+
+// The pre-flight check of a new host's hello against the job's hosts (its errors refuse
+// it), then its addresses planned as the first hosts' were.
+Status JobRun::admit_new_host(const RemoteHost& r) {
+  if (ai.remotes.empty() && opts.network_interface.empty())  // (plan_addressing chose loopback for all)
+    return make_error(ErrorKind::kUsage, "host " + r.host() + ": the job started on this machine's hosts alone, whose "
+                                         "ranks use loopback addresses; give --network-interface to add other hosts");
+  if (!opts.no_preflight) {
+    if (preflight_hosts.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
+    if (auto st = check_joining_host(preflight_hosts, preflight_asks, r); !st) return st;
+  }
+  ai.remotes.push_back({r.host(), r.hello()});
+  auto planned = plan_addressing(ai);
+  if (!planned) return planned.error();
+  addressing->remote[r.host()] = planned->remote.at(r.host());
+  return {};
 }
 
 // The timeline: merged whatever the job's end (a killed rank's file is cut short, not lost).

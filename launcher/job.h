@@ -31,6 +31,10 @@ JobHosts split_hosts(const JobPlan& plan);
 BudgetNeed budget_need(const JobPlan& plan, const JobHosts& hosts);
 // The environment of the ranks on `host`: `base` with the addresses they use there.
 JobEnv env_of_host(const JobEnv& base, const Addressing& addressing, const std::string& host);
+// This executable's path (for the agents on other hosts, and the compat shim beside it).
+std::string self_exe();
+// ~/.ssh: $HOME's, else the user's home directory's.
+std::string ssh_dir();
 // --dry-run's "bind" of each rank: this machine's as placed here (placement.h); another
 // host's is decided there, from its own topology.
 Result<std::map<int, std::string>> dry_run_binding(const JobPlan& plan, const std::string& bind_to);

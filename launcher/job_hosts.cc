@@ -1,5 +1,10 @@
 // The job's deciding steps about its hosts (job.h): which ranks run here and which hosts
-// get an agent, the budget this machine needs, each host's environment, --dry-run's binding.
+// get an agent, the budget this machine needs, each host's environment, --dry-run's binding;
+// this executable's path and ~/.ssh.
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,6 +70,21 @@ JobEnv env_of_host(const JobEnv& base, const Addressing& addressing, const std::
   e.iface = h.iface;
   e.gloo_iface = h.gloo_iface;
   return e;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "hvdrun";
+}
+
+std::string ssh_dir() {
+  const char* home = std::getenv("HOME");
+  if (!home || !*home) {
+    passwd* pw = getpwuid(getuid());
+    home = pw ? pw->pw_dir : "/";
+  }
+  return std::string(home) + "/.ssh";
 }
 
 }  // namespace hvdrun

@@ -57,6 +57,14 @@ std::vector<PreflightHost> preflight_hosts_of(const std::vector<RankInfo>& ranks
   return out;
 }
 
+Status check_joining_host(std::vector<PreflightHost> hosts, const PreflightJob& job, const RemoteHost& host) {
+  hosts.push_back(remote_preflight_host(host, 1));
+  for (const auto& f : check_preflight(hosts, job))
+    if (f.host == host.host() && f.severity == Finding::kError)
+      return make_error(ErrorKind::kLaunchFailed, "host " + host.host() + ": pre-flight: " + f.text);
+  return {};
+}
+
 void print_preflight_table(const std::vector<PreflightHost>& hosts, const PreflightJob& job,
                            const std::vector<PreflightFinding>& findings) {
   std::string table = preflight_table(hosts, job, findings);

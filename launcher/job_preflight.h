@@ -34,6 +34,10 @@ std::vector<PreflightHost> preflight_hosts_of(const std::vector<RankInfo>& ranks
                                               const std::map<std::string, int>& remote_index,
                                               const std::vector<const RemoteHost*>& remotes);
 
+// A host that joins a running (elastic) job: the pre-flight check of its hello against the
+// job's hosts; an error about it refuses it (its first, naming the host).
+Status check_joining_host(std::vector<PreflightHost> hosts, const PreflightJob& job, const RemoteHost& host);
+
 // The table on stdout.
 void print_preflight_table(const std::vector<PreflightHost>& hosts, const PreflightJob& job,
                            const std::vector<PreflightFinding>& findings);

@@ -26,6 +26,7 @@
 #include "hvdrun_version.h"
 #include "launcher/agent.h"
 #include "launcher/agent_dial.h"
+#include "launcher/elastic_agent.h"
 #include "launcher/async_writer.h"
 #include "launcher/exit_status.h"
 #include "launcher/host_facts.h"
@@ -482,6 +483,7 @@ int run_agent_mode(const std::vector<std::string>& args) {
     host->watchdog.disarm();
     return 0;  // the launcher stopped before the start: nothing was started
   }
+  if (job->elastic) return run_elastic_agent(*job, *host, stream.in_fd, stream.out_fd, reader);
   return run_ranks(*job, *host, link, reader, stream);
 }
 

@@ -63,6 +63,9 @@ class RemoteHost : public RemoteControl, public StdinSink {
 
   // Starts the workers and relays until the agent is done (on a thread of its own).
   void start(LocalAgent& agent, OutputSink& sink);
+  // Or, in an elastic job, its relay (elastic_remote.h) reads and writes the link itself.
+  HostLink& link() { return *link_; }
+  agentwire::FrameReader& reader() { return reader_; }
   void join();
   // Drops the link: an agent that has not started anything exits, one that has ends its
   // workers.

@@ -42,6 +42,12 @@ void decode_reports(const std::string& p) {
   round_trip<AgentDone>(p, decode_done, encode_done, [](const auto& a, const auto& b) {
     return a.code == b.code && (a.lost_contact_s > 0 ? a.lost_contact_s : 0) == b.lost_contact_s;
   });
+  round_trip<AgentSpawn>(p, decode_spawn, encode_spawn,
+                         [](const auto& a, const auto& b) { return a.id == b.id && a.argv == b.argv && a.env == b.env; });
+  round_trip<AgentKill>(p, decode_kill, encode_kill,
+                        [](const auto& a, const auto& b) { return a.id == b.id && a.signal == b.signal; });
+  round_trip<AgentEnded>(p, decode_ended, encode_ended,
+                         [](const auto& a, const auto& b) { return a.id == b.id && a.status == b.status; });
 }
 
 void decode_frame(const agentwire::Frame& f) {

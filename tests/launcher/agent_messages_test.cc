@@ -167,5 +167,31 @@ TEST(AgentMessages, MalformedFieldsTakeTheirDefaults) {
   EXPECT_FALSE(agentwire::decode_signal("ab"));
 }
 
+// An elastic job's frames: the job says so, kSpawn/kKill/kEnded round trip and keep their bytes.
+TEST(AgentMessages, ElasticSpawnKillAndEndedRoundTrip) {
+  AgentJob job;
+  job.ranks = {{0, {"python"}, {}}};
+  EXPECT_EQ(encode_job(job).find("elastic"), std::string::npos);  // (an older agent reads the same job)
+  job.elastic = true;
+  EXPECT_TRUE(decode_job(encode_job(job))->elastic);
+  auto s = decode_spawn(encode_spawn({8388609, {"python3", "train.py"}, {"HVDRUN_ELASTIC_SLOT=h1:0"}}));
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->id, 8388609);
+  EXPECT_EQ(s->argv, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(s->env, (std::vector<std::string>{"HVDRUN_ELASTIC_SLOT=h1:0"}));
+  EXPECT_FALSE(decode_spawn(R"({"id": 1, "argv": [], "env": []})"));  // no command
+  EXPECT_FALSE(decode_spawn(R"({"id": "1"})"));
+  EXPECT_EQ(encode_kill({3, 9}), "{\"id\":3,\"signal\":9}");
+  EXPECT_EQ(encode_ended({3, 9}), "{\"id\":3,\"status\":9}");
+  auto k = decode_kill(encode_kill({5, 15}));
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->id, 5);
+  EXPECT_EQ(k->signal, 15);
+  auto e = decode_ended("{\"id\":7,\"status\":\"x\"}");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, 7);
+  EXPECT_EQ(e->status, 1 << 8);  // malformed: a failure, not success
+}
+
 }  // namespace
 }  // namespace hvdrun

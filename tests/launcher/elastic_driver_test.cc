@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "fake_process_runner.h"
 #include "recording_sink.h"
@@ -35,8 +37,33 @@ struct RecordingStore : ElasticStore {
   }
 };
 
+// Remote hosts' agents in the runner's virtual time: a host's link drops, or it falls silent,
+// from a moment on; an agent that cannot start.
+struct FakeHosts : ElasticHosts {
+  explicit FakeHosts(FakeProcessRunner& r) : runner(r) {}
+  FakeProcessRunner& runner;
+  std::set<std::string> remotes, failing;
+  std::map<std::string, double> drops_at, silent_from;
+  std::vector<std::string> opened, closed;
+  bool remote(const std::string& host) const override { return remotes.count(host) > 0; }
+  Status open(const std::string& host) override {
+    if (std::find(opened.begin(), opened.end(), host) == opened.end()) opened.push_back(host);
+    if (failing.count(host)) return make_error(ErrorKind::kLaunchFailed, "host " + host + ": connection refused");
+    return {};
+  }
+  Liveness liveness(const std::string& host) override {
+    Liveness l;
+    l.heard = silent_from.count(host) ? std::min(runner.now(), silent_from[host]) : runner.now();
+    if (drops_at.count(host) && runner.now() >= drops_at[host]) l.dropped = "connection reset by peer";
+    return l;
+  }
+  void close(const std::string& host) override { closed.push_back(host); }
+  double heartbeat_timeout() const override { return 30; }
+};
+
 struct Harness {
   FakeProcessRunner runner;
+  FakeHosts agents{runner};
   RecordingStore store;
   RecordingSink sink;
   ElasticOptions opts;
@@ -53,6 +80,7 @@ struct Harness {
   int run(const std::vector<HostSlots>& hosts, std::unique_ptr<ElasticDriver>* out = nullptr) {
     ElasticDriverIo io{runner, store, sink, nullptr, nullptr, [] { return 0.0; }, nullptr};
     io.group_ended = [this](pid_t g) { ended.push_back(g); };
+    if (!agents.remotes.empty()) io.hosts = &agents;
     if (!discovery.empty()) {
       opts.discovery_script = "d.sh";
       io.discover = [this]() -> Result<DiscoveryOutput> {
@@ -221,6 +249,66 @@ TEST(ElasticDriver, AnEndedWorkersGroupIsForgottenByTheWatchdogAndNeverSignalled
   for (const auto& s : h.runner.sent) EXPECT_NE(s.target, 1001) << "signal " << s.sig << " at " << s.at;
   EXPECT_TRUE(std::any_of(h.runner.sent.begin(), h.runner.sent.end(),
                           [](const auto& s) { return s.target == 1000 && s.sig == SIGTERM; }));
+}
+
+// A remote host whose agent's link drops is lost as a dead host is: its ranks counted as
+// killed (nothing waits for their ends, which will never come), the host blacklisted and
+// its link closed; the survivors keep their processes.
+TEST(ElasticDriver, AHostWhoseAgentDropsIsLostItsRanksCountedAsKilled) {
+  Harness h;
+  h.agents.remotes = {"b"};
+  h.agents.drops_at["b"] = 5;
+  h.runner.behaviours = {exits(10, 0), exits(10, 0)};  // a's; b's run until signalled
+  EXPECT_EQ(h.run({{"a", 2}, {"b", 2}}), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b lost (the link to its agent dropped: connection reset by peer; "
+                        "rank(s) 2,3 killed), host b blacklisted for good; size 4 -> 2; "))
+      << h.notices();
+  EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=2 1");  // hosts removed, round 1 ended
+  EXPECT_EQ(h.agents.closed, (std::vector<std::string>{"b"}));
+  EXPECT_FALSE(h.killed(1000));
+  EXPECT_FALSE(h.killed(1001));
+  EXPECT_EQ(h.spawned.size(), 4u);
+}
+
+// An agent silent past HVDRUN_HEARTBEAT_TIMEOUT (a cut link sends no FIN) is lost too, once
+// the time-out has passed, not before.
+TEST(ElasticDriver, AHostSilentPastTheHeartbeatTimeoutIsLost) {
+  Harness h;
+  h.agents.remotes = {"b"};
+  h.agents.silent_from["b"] = 5;
+  h.runner.behaviours = {exits(100, 0)};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b lost (its agent silent for 30 s, HVDRUN_HEARTBEAT_TIMEOUT 30 s; "
+                        "rank(s) 1 killed), host b blacklisted for good; size 2 -> 1"))
+      << h.notices();
+  ASSERT_EQ(h.store.round(2).size(), 5u) << h.notices();
+  EXPECT_EQ(h.agents.closed, (std::vector<std::string>{"b"}));
+}
+
+// Every host lost: the job fails, naming the first loss.
+TEST(ElasticDriver, EveryHostLostEndsTheJobNamingTheFirst) {
+  Harness h;
+  h.agents.remotes = {"a", "b"};
+  h.agents.drops_at = {{"a", 3}, {"b", 4}};
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 1);
+  EXPECT_TRUE(h.noticed("the first failure: host a lost (the link to its agent dropped: connection reset by peer)"))
+      << h.notices();
+}
+
+// A host that discovery names gets its agent started; one whose agent cannot start is
+// blacklisted with a warning and the job goes on without it.
+TEST(ElasticDriver, ANewRemoteHostGetsItsAgentOneThatCannotStartIsBlacklisted) {
+  Harness h;
+  h.agents.remotes = {"b", "c"};
+  h.agents.failing = {"c"};
+  h.discovery = {{0, "a\n"}, {3, "a\nb\nc\n"}};
+  h.runner.behaviours = {exits(10, 0), exits(10, 0)};
+  EXPECT_EQ(h.run({{"a", 1}}), 0) << h.notices();
+  EXPECT_EQ(h.agents.opened, (std::vector<std::string>{"b", "c"}));
+  EXPECT_TRUE(h.noticed("hvdrun: warning: elastic: host c: connection refused; host c blacklisted for good"))
+      << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: hosts added (b); size 1 -> 2")) << h.notices();
+  EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 
+#include "elastic_steps.h"
 #include "process.h"
 
 using testing_hvdrun::Outcome;
@@ -38,24 +39,6 @@ Outcome elastic_job(const std::vector<std::string>& args, std::map<std::string, 
   env["PYTHONPATH"] = PYTHON_SOURCE_DIR;
   env["HVDRUN_LIBRARY"] = LIBHVDRUN;
   return testing_hvdrun::run(argv, 240, env);
-}
-
-struct Step {
-  int batch, rank, size;
-  std::string slot;
-  long pid;
-};
-
-std::vector<Step> steps(const std::string& out) {
-  static const std::regex re(R"(STEP batch=(\d+) rank=(\d+) size=(\d+) sum=(\d+) slot=(\S+) pid=(\d+))");
-  std::vector<Step> s;
-  for (const auto& line : testing_hvdrun::split_lines(out)) {
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) continue;
-    EXPECT_EQ(m[3], m[4]) << line;  // the allreduce's sum is the size: every rank took part
-    s.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), m[5], std::stol(m[6])});
-  }
-  return s;
 }
 
 // slot -> its pids, over every STEP line.

@@ -80,6 +80,8 @@ AgentProcess fork_agent() {
     block_handled_signals();  // as hvdrun's main does before anything else
     dup2(to_agent[0], 0);
     dup2(from_agent[1], 1);
+    close(to_agent[1]);  // (the test's ends: held here, they would hide the test's EOF)
+    close(from_agent[0]);
     _exit(run_agent_mode({"--start-timeout=20"}));
   }
   close(to_agent[0]);
@@ -274,6 +276,17 @@ std::vector<agentwire::Frame> frames_of_python_job(const std::string& dir, const
   return frames;
 }
 
+std::string testing_read(const std::string& path) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[256];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
 std::string temp_dir() {
   char tmpl[] = "/tmp/remote_agent_test.XXXXXX";
   return mkdtemp(tmpl) ? tmpl : "/tmp";
@@ -312,6 +325,63 @@ TEST(RemoteAgent, AHungPythonProbeHoldsNeitherTheStartNorTheEnd) {
   EXPECT_EQ(frames.back().type, Type::kDone);
   EXPECT_EQ(frames.back().payload, "{\"code\":0}");
   for (const auto& f : frames) EXPECT_NE(f.type, Type::kPythonFacts) << f.payload;
+}
+
+// An elastic job's agent (AgentJob::elastic, launcher/elastic_agent.cc): the workers hvdrun
+// asks for run, their output comes tagged with their id and kEnded after it with their wait
+// status, kKill signals one's group; hvdrun's EOF ends the one still running.
+TEST(RemoteAgent, AnElasticJobsWorkersRunAsHvdrunAsks) {
+  std::string d = temp_dir();
+  AgentProcess a = fork_agent();
+  ASSERT_GT(a.child, 0);
+  agentwire::FrameReader reader;
+  auto hello = next_frame(a.out, reader, 20);
+  ASSERT_TRUE(hello && hello->type == Type::kHello);
+  const char* p = std::getenv("PATH");
+  std::vector<std::string> env{std::string("PATH=") + (p ? p : "/usr/bin:/bin")};
+  AgentJob job;
+  job.host = "b";
+  job.cwd = "/";
+  job.kill_grace = 2;
+  job.elastic = true;
+  job.ranks.push_back({0, {"sh"}, env});
+  ASSERT_TRUE(write_all(a.in, agentwire::encode(Type::kJob, encode_job(job))));
+  auto ready = next_frame(a.out, reader, 20);
+  ASSERT_TRUE(ready && ready->type == Type::kReady);
+  ASSERT_TRUE(write_all(a.in, agentwire::encode(Type::kStart, "")));
+  auto spawn = [&](int id, const std::string& script) {
+    return write_all(a.in, agentwire::encode(Type::kSpawn, encode_spawn({id, {"sh", "-c", script}, env})));
+  };
+  ASSERT_TRUE(spawn(7, "echo hi; exit 4"));
+  ASSERT_TRUE(spawn(8, "trap 'echo term; exit 0' TERM; touch " + d + "/up8; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(spawn(9, "echo $$ > " + d + "/pid9.tmp; mv " + d + "/pid9.tmp " + d + "/pid9; exec sleep 60"));
+  std::string seen;  // "id:output" and "id=status", in order
+  bool killed = false;
+  while (auto f = next_frame(a.out, reader, 20)) {
+    int id, stream;
+    std::string_view lines;
+    if (f->type == Type::kOutput && agentwire::decode_output(f->payload, &id, &stream, &lines))
+      seen += std::to_string(id) + ":" + std::string(lines);
+    if (f->type == Type::kEnded) seen += std::to_string(decode_ended(f->payload)->id) + "=" +
+                                         std::to_string(decode_ended(f->payload)->status) + "\n";
+    if (!killed && std::filesystem::exists(d + "/up8")) {
+      ASSERT_TRUE(write_all(a.in, agentwire::encode(Type::kKill, encode_kill({8, SIGTERM}))));
+      killed = true;
+    }
+    if (seen.find("8=0") != std::string::npos && seen.find("7=") != std::string::npos &&
+        std::filesystem::exists(d + "/pid9"))
+      break;
+  }
+  EXPECT_NE(seen.find("7:hi\n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("7=" + std::to_string(4 << 8)), std::string::npos) << seen;
+  EXPECT_LT(seen.find("7:hi"), seen.find("7="));  // its output before its end
+  EXPECT_NE(seen.find("8:term\n"), std::string::npos) << seen;  // kKill's SIGTERM reached its trap
+  EXPECT_LT(seen.find("8:term\n"), seen.find("8=0\n")) << seen;
+  pid_t nine = std::atoi(testing_read(d + "/pid9").c_str());
+  ASSERT_GT(nine, 0);
+  EXPECT_EQ(reap_agent(a), a.child);  // EOF: the agent ends worker 9 and exits
+  EXPECT_NE(kill(nine, 0), 0) << "worker 9 outlived its agent";
+  std::filesystem::remove_all(d);
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+// hvdrun's side of an elastic job's remote hosts (docs/ELASTIC.md): the driver's
+// ProcessRunner and ElasticHosts in one. A worker whose slot (HVDRUN_ELASTIC_SLOT) is on
+// this machine is this machine's process; one on another host is spawned by that host's
+// agent (kSpawn), its "pid" an id above any real pid (kFirstRemoteId), its signals sent as
+// kKill, its output written into pipes the driver reads as a local worker's, its end
+// (kEnded) reaped with its wait status. One relay thread per host's agent: heartbeats both
+// ways, and its link's drop said by liveness().
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "launcher/elastic_hosts.h"
+#include "launcher/process_runner.h"
+#include "launcher/remote_host.h"
+
+namespace hvdrun {
+
+class ElasticAgents : public ProcessRunner, public ElasticHosts {
+ public:
+  // Starts a new host's agent: connected, checked, its job (AgentJob::elastic) prepared.
+  using Opener = std::function<Result<std::unique_ptr<RemoteHost>>(const std::string& host)>;
+  static constexpr pid_t kFirstRemoteId = 1 << 23;  // above pid_max's limit (2^22)
+
+  ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout);
+  ~ElasticAgents() override;
+  // A host of the first round, connected and prepared: its workers start with kStart.
+  void add(std::unique_ptr<RemoteHost> host);
+  // Every agent's link closed (they end what still runs there).
+  void close_all();
+
+  // ElasticHosts
+  bool remote(const std::string& host) const override;
+  Status open(const std::string& host) override;
+  Liveness liveness(const std::string& host) override;
+  void close(const std::string& host) override;
+  double heartbeat_timeout() const override { return heartbeat_timeout_; }
+
+  // ProcessRunner: this machine's, except for the remote workers' ids.
+  double now() override { return local_.now(); }
+  Result<SpawnedWorker> spawn(const SpawnRequest& req) override;
+  std::vector<std::pair<pid_t, int>> reap() override;
+  void signal_group(pid_t pgid, int sig) override;
+  void signal_process(pid_t pid, int sig) override { signal_group(pid, sig); }
+  bool group_alive(pid_t pgid) override;
+  pid_t group_of(pid_t pid) override { return pid >= kFirstRemoteId ? pid : local_.group_of(pid); }
+  std::set<pid_t> children() override { return local_.children(); }
+  std::set<pid_t> stopped_groups() override { return local_.stopped_groups(); }
+  bool sent_by_slurm(pid_t sender) override { return local_.sent_by_slurm(sender); }
+  UniqueFd open_signals() override { return local_.open_signals(); }
+  std::vector<std::pair<int, pid_t>> read_signals(int fd) override { return local_.read_signals(fd); }
+  void stop_self() override { local_.stop_self(); }
+  int wait(pollfd* fds, size_t n, int timeout_ms) override;
+
+ private:
+  struct Session;
+  struct Worker;
+  Session* session_of(const std::string& host);
+  bool relay_once(Session& s);
+  void take_frame(Session& s, const agentwire::Frame& f);
+  void write_output(Worker& w, int stream, std::string_view lines);
+  void ended(pid_t id, int status);
+  void drop(Session& s, const std::string& why);
+  void wake();
+
+  ProcessRunner& local_;
+  Opener opener_;
+  OutputSink& sink_;
+  double heartbeat_timeout_;
+  UniqueFd wake_rd_, wake_wr_;
+  std::mutex mu_;  // guards what follows and each Session's queue and state
+  std::map<std::string, std::unique_ptr<Session>> sessions_;
+  std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones, by id
+  std::vector<std::pair<pid_t, int>> reaped_;
+  pid_t next_id_ = kFirstRemoteId;
+  mutable std::mutex remote_mu_;
+  mutable std::map<std::string, bool> remote_;  // host -> not this machine
+};
+
+}  // namespace hvdrun

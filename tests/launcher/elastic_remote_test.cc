@@ -1,0 +1,106 @@
+// hvdrun's side of an elastic job's remote host (launcher/elastic_remote.cc) with a real
+// agent (this build's `hvdrun --agent`, started as a command, standing for another host):
+// a remote worker's output comes through the driver's pipes, its end is reaped with its
+// status, a signal to it reaches its group, the link's state is its liveness.
+#include "launcher/elastic_remote.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "common/deadline.h"
+#include "common/socket_io.h"
+#include "recording_sink.h"
+
+namespace hvdrun {
+namespace {
+
+struct CommandStarter : AgentStarter {
+  Result<std::unique_ptr<HostLink>> open(const std::string& host, std::chrono::steady_clock::time_point) override {
+    return open_command_link({HVDRUN_BIN, "--agent", "--start-timeout=20"}, host);
+  }
+};
+
+// Everything on `fd` until its EOF (20 s at most).
+std::string read_to_eof(int fd) {
+  std::string s;
+  auto deadline = deadline_in(20);
+  while (ms_until(deadline) > 0) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, ms_until(deadline)) <= 0) break;
+    char buf[256];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    s.append(buf, static_cast<size_t>(n));
+  }
+  return s;
+}
+
+// The wait status `agents` reaps for `id` (-1: none within 20 s).
+int reaped(ElasticAgents& agents, pid_t id) {
+  auto deadline = deadline_in(20);
+  while (ms_until(deadline) > 0) {
+    for (auto [pid, st] : agents.reap())
+      if (pid == id) return st;
+    agents.wait(nullptr, 0, 100);
+  }
+  return -1;
+}
+
+TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
+  CommandStarter starter;
+  RemoteSettings rs;
+  rs.start_timeout = 20;
+  auto host = std::make_unique<RemoteHost>("node-x", rs, starter);
+  ASSERT_TRUE(host->connect(deadline_in(20)));
+  const char* path = std::getenv("PATH");
+  std::vector<std::string> env{std::string("PATH=") + (path ? path : "/usr/bin:/bin"), "HVDRUN_ELASTIC_SLOT=node-x:0"};
+  AgentJob job;
+  job.host = "node-x";
+  job.cwd = "/";
+  job.kill_grace = 2;
+  job.elastic = true;
+  job.ranks.push_back({0, {"sh"}, env});
+  ASSERT_TRUE(host->prepare(job));
+  RecordingSink sink;
+  ElasticAgents agents(nullptr, sink, 30);
+  agents.add(std::move(host));
+  EXPECT_TRUE(agents.remote("node-x"));
+  EXPECT_FALSE(agents.remote("localhost"));
+
+  SpawnRequest req;
+  req.argv = {"sh", "-c", "echo out; echo err >&2; exit 5"};
+  req.env = env;
+  auto w = agents.spawn(req);
+  ASSERT_TRUE(w);
+  EXPECT_GE(w->pid, ElasticAgents::kFirstRemoteId);
+  EXPECT_EQ(read_to_eof(w->out.get()), "out\n");
+  EXPECT_EQ(read_to_eof(w->err.get()), "err\n");
+  EXPECT_EQ(reaped(agents, w->pid), 5 << 8);
+  EXPECT_FALSE(agents.group_alive(w->pid));
+
+  req.argv = {"sh", "-c", "trap 'echo term; exit 0' TERM; echo up; while :; do sleep 0.05; done"};
+  auto v = agents.spawn(req);
+  ASSERT_TRUE(v);
+  char up[3] = {};
+  pollfd p{v->out.get(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 20000), 1);
+  ASSERT_EQ(read(v->out.get(), up, 3), 3);  // "up\n": its trap is set
+  EXPECT_TRUE(agents.group_alive(v->pid));
+  agents.signal_group(v->pid, SIGTERM);  // kKill to its group
+  EXPECT_EQ(read_to_eof(v->out.get()), "term\n");
+  EXPECT_EQ(reaped(agents, v->pid), 0);
+
+  auto l = agents.liveness("node-x");
+  EXPECT_FALSE(l.dropped);
+  EXPECT_LE(agents.now() - l.heard, 30);
+  agents.close("node-x");
+  EXPECT_TRUE(agents.liveness("node-x").dropped);  // no agent any more
+  EXPECT_TRUE(sink.notices.empty()) << sink.notices.front();
+}
+
+}  // namespace
+}  // namespace hvdrun

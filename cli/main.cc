@@ -3,7 +3,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "launcher/agent.h"
 #include "launcher/exit_status.h"

@@ -3,7 +3,7 @@
 #include <sstream>
 #include <vector>
 
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "common/strings.h"
 

@@ -1,5 +1,5 @@
 // CUDA without NCCL: device buffers go through pinned host memory to the CPU ring.
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "collectives/cuda_util.h"
 #include "collectives/dtype.h"

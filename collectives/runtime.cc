@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "common/deadline.h"
 #include "common/net.h"

@@ -21,8 +21,6 @@
 namespace hvdrun {
 namespace {
 
-constexpr size_t kReadChunk = 64 * 1024;
-constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
 // Ranks time out at about the same moment (their clocks start at the same stall); a rank
 // whose neighbour timed out first fails on its closed connection and exits at once.
 constexpr double kSilenceWindow = 1.0;

@@ -27,6 +27,10 @@
 
 namespace hvdrun {
 
+// The agent's and the elastic driver's reads of the workers' pipes.
+inline constexpr size_t kReadChunk = 64 * 1024;
+inline constexpr double kDrainAfterExit = 2.0;  // seconds to wait for pipes held open by escaped processes
+
 struct WorkerLaunch {
   int rank = 0;
   std::string host;

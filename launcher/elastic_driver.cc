@@ -17,12 +17,6 @@
 #include "launcher/spawn.h"
 
 namespace hvdrun {
-namespace {
-
-constexpr size_t kReadChunk = 64 * 1024;
-constexpr double kDrainAfterExit = 2.0;  // seconds for pipes held open by escaped processes
-
-}  // namespace
 
 struct ElasticDriver::Proc {
   ElasticSlot slot;

@@ -20,7 +20,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "launcher/exit_status.h"
 #include "common/deadline.h"

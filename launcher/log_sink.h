@@ -6,7 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <spdlog/sinks/base_sink.h>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "launcher/output_sink.h"
 

@@ -22,7 +22,7 @@
 #include <list>
 #include <map>
 #include <optional>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 
 #include "common/deadline.h"
 #include "common/strings.h"

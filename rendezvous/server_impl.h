@@ -13,7 +13,7 @@
 #include <deque>
 #include <memory>
 #include <set>
-#include <spdlog/spdlog.h>
+#include "common/log.h"
 #include <string>
 #include <thread>
 #include <unordered_map>

@@ -8,6 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 export BUILD_DIR=${BUILD_DIR:-build-demo}
+# Ninja (install-deps.sh installs it) compiles a library's files before the libraries it links
+# are built, so both cores stay busy to the end; an existing build-demo/ keeps its generator.
+if [ ! -e "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null; then export CMAKE_GENERATOR=Ninja; fi
 start=$SECONDS
 scripts/build.sh -DHVDRUN_BUILD_TESTS=OFF -DHVDRUN_BUILD_BENCH=OFF
 cmake --install "$BUILD_DIR" --prefix "$PWD/_install" >/dev/null

@@ -18,7 +18,7 @@ namespace hvdrun::transport {
 
 namespace {
 
-constexpr uint64_t kMagic = 0x68766472756e6767ull;  // "hvdrungg"
+constexpr uint64_t kGroupMagic = 0x68766472756e6767ull;  // "hvdrungg"
 constexpr size_t kPage = 4096;
 constexpr int kSliceMs = 20;
 
@@ -104,7 +104,7 @@ Result<ShmGroup> ShmGroup::create(int size, size_t slot_bytes, const std::string
                                              std::string("mmap of the group's segment: ") + std::strerror(errno), errno);
   std::string token = auth::random_bytes(kTokenBytes);
   auto* h = new (p) Header{};
-  h->magic = kMagic;
+  h->magic = kGroupMagic;
   h->size = static_cast<uint64_t>(size);
   h->slot_bytes = slot_bytes;
   h->data_offset = data_offset;
@@ -126,7 +126,7 @@ Result<ShmGroup> ShmGroup::open(int pid, int fd, const std::string& token, int r
   if (p == MAP_FAILED) return make_sys_error(ErrorKind::kSystem,
                                              "mmap of " + path + ": " + std::strerror(errno), errno);
   const auto* h = static_cast<const Header*>(p);
-  bool ours = h->magic == kMagic && h->size == static_cast<uint64_t>(size) && token.size() == kTokenBytes &&
+  bool ours = h->magic == kGroupMagic && h->size == static_cast<uint64_t>(size) && token.size() == kTokenBytes &&
               auth::constant_time_equal(std::string_view(h->token, kTokenBytes), token);
   munmap(p, kPage);
   if (!ours) return make_error(ErrorKind::kMalformed, path + " is not the segment rank 0 announced");

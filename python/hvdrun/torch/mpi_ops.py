@@ -391,17 +391,18 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
     require_init()
     ps = _check_process_set(process_set)
     d = _dtype_of(tensor, "alltoall")
-    if tensor.dim() == 0:
-        raise InvalidArgumentError("alltoall: the tensor needs at least one dimension")
-    rows, row_elems = _rows(tensor)
     n = _set_rank_size(ps)[1]
     split_list: Optional[List[int]] = None
-    if splits is not None:
+    if tensor.dim() == 0:  # as allgather's: one row (to rank 0), refused on every rank by the negotiation
+        rows, row_elems, split_list = 1, 1, [1] + [0] * (n - 1)
+    else:
+        rows, row_elems = _rows(tensor)
+    if splits is not None and tensor.dim():
         split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
         if len(split_list) != n or any(s < 0 for s in split_list) or sum(split_list) != rows:
             raise InvalidArgumentError(f"alltoall: splits {split_list} must be {n} non-negative row counts "
                                        f"adding up to the tensor's first dimension ({rows})")
-    elif rows % n:
+    elif split_list is None and rows % n:
         raise InvalidArgumentError(f"alltoall: without splits the first dimension ({rows}) must be a multiple "
                                    f"of size() ({n})")
     full = _op_name("alltoall", name, ps)

@@ -244,8 +244,8 @@ def join_then_allgather_fails_and_the_ranks_go_on():
 
 
 @check
-def allgather_of_a_0d_tensor_fails_on_every_rank():
-    # Horovod's controller refuses it on every rank ("a rank-zero tensor"), whether one rank
+def allgather_or_alltoall_of_a_0d_tensor_fails_on_every_rank():
+    # Horovod's controller refuses them on every rank ("a rank-zero tensor"), whether one rank
     # or all gave one; a refusal on that rank alone left the others waiting.
     def fails_everywhere(fn, on):
         try:
@@ -260,6 +260,7 @@ def allgather_of_a_0d_tensor_fails_on_every_rank():
     fails_everywhere(lambda: hvd.allgather(torch.tensor(1.0) if r == n - 1 else torch.ones(1), name="ag0"),
                      str(n - 1))
     fails_everywhere(lambda: hvd.grouped_allgather([torch.ones(2, 2), torch.tensor(2)]), every)
+    fails_everywhere(lambda: hvd.alltoall(torch.tensor(1.0) if r == 0 else torch.ones(n)), "0")
     equal(hvd.allgather(torch.full((1,), r)), torch.arange(n))  # the unnamed ones still pair
 
 

@@ -121,6 +121,20 @@ def fp16_compression():
     assert any(not torch.equal(a, b) for a, b in zip(m.parameters(), mm.parameters())) or n == 1
 
 
+def train_with(model, ref, opt):
+    """STEPS steps of `opt` (a DistributedOptimizer of `model`, op=Average) against SGD on
+    the full batch for `ref`; then they must match."""
+    ref_opt = SGD(ref.parameters())
+    for s in range(STEPS):
+        opt.zero_grad()
+        local_loss(model, s, r).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        (sum(local_loss(ref, s, k) for k in range(n)) / n).backward()
+        ref_opt.step()
+    same(model, ref)
+
+
 @check
 def groups_int_and_lists():
     m, ref, _ = train(SGD, groups=2)
@@ -132,15 +146,7 @@ def groups_int_and_lists():
     ref = copy.deepcopy(model)
     opt = hvd.DistributedOptimizer(SGD(model.parameters()), named_parameters=model.named_parameters(),
                                    groups=[[model.fc1.weight, model.fc1.bias], [model.fc2.weight, model.never.bias]])
-    ref_opt = SGD(ref.parameters())
-    for s in range(STEPS):
-        opt.zero_grad()
-        local_loss(model, s, r).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        (sum(local_loss(ref, s, k) for k in range(n)) / n).backward()
-        ref_opt.step()
-    same(model, ref)
+    train_with(model, ref, opt)
 
 
 @check
@@ -157,15 +163,7 @@ def load_state_dict_forgets_a_partly_counted_group():
     if r == 0:
         torch.tanh(model.fc1(shard(99, r)[0])).sum().backward()
         opt.load_state_dict(opt.state_dict())
-    ref_opt = SGD(ref.parameters())
-    for s in range(STEPS):
-        opt.zero_grad()
-        local_loss(model, s, r).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        (sum(local_loss(ref, s, k) for k in range(n)) / n).backward()
-        ref_opt.step()
-    same(model, ref)
+    train_with(model, ref, opt)
 
 
 @check

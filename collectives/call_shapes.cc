@@ -21,6 +21,13 @@ uint64_t product(const std::vector<int64_t>& v, size_t at, size_t nd) {
   }
   return p;
 }
+// Whether the shape of nd dimensions at shapes[at + 1] is tensor k's rows of the spec's
+// elements per row. A 0-d tensor of allgather or alltoall is one row of one element here: its
+// shape goes to the negotiation, which refuses it on every rank (as Horovod's controller does).
+bool holds_rows(const std::vector<int64_t>& shapes, size_t at, size_t nd, const Spec& spec, size_t k) {
+  if (nd == 0) return per_rank_rows(spec.kind) && spec.counts[k] == 1 && spec.row_elems == 1;
+  return static_cast<uint64_t>(shapes[at + 1]) == spec.counts[k] && product(shapes, at + 2, nd - 1) == spec.row_elems;
+}
 }  // namespace
 
 Result<std::vector<int64_t>> encode_shapes(int ntensors, const int* ndims, const long long* dims) {
@@ -53,8 +60,7 @@ Status apply_shapes(const char* what, std::vector<int64_t> shapes, Spec* spec) {
   for (; at < shapes.size() && k < spec->counts.size(); ++k) {
     const auto nd = static_cast<size_t>(shapes[at]);
     const std::string which = spec->counts.size() > 1 ? "tensor " + std::to_string(k) + "'s shape" : "the shape";
-    if (rows && (nd == 0 || static_cast<uint64_t>(shapes[at + 1]) != spec->counts[k] ||
-                 product(shapes, at + 2, nd - 1) != spec->row_elems))
+    if (rows && !holds_rows(shapes, at, nd, *spec, k))
       return bad(what, which + " is not " + std::to_string(spec->counts[k]) + " rows of " +
                            std::to_string(spec->row_elems) + " elements");
     if (!rows && product(shapes, at + 1, nd) != spec->counts[k])

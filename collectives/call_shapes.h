@@ -19,7 +19,8 @@ Result<std::vector<int64_t>> encode_shapes(int ntensors, const int* ndims, const
 // Puts `shapes` (encoded) in *spec after checking that they describe its tensors: one per
 // tensor; allreduce and broadcast: the dimensions multiply to the count; the row-shaped
 // kinds and reducescatter: at least one dimension, the first is the rows and the others
-// multiply to the elements per row. Barrier and join take none.
+// multiply to the elements per row (but a 0-d tensor of allgather or alltoall passes as one
+// row of one element: the negotiation refuses it on every rank). Barrier and join take none.
 Status apply_shapes(const char* what, std::vector<int64_t> shapes, Spec* spec);
 
 }  // namespace hvdrun

@@ -8,7 +8,8 @@
 # counted as hung after $HVDRUN_SUITE_TIMEOUT seconds (also the ranks' --start-timeout: a
 # loaded machine takes long to import torch and collect the tests before hvd.init). For each
 # interpreter and rank count: the counts of passed/failed/skipped/hung/upstream (failed or
-# hung here and on Horovod's own Gloo build alike: UPSTREAM in scripts/lib/horovod_suite.py),
+# hung here and on Horovod's own Gloo build alike: UPSTREAM in scripts/lib/horovod_suite.py;
+# or, with a recent torch, in the test itself whatever runs it: UPSTREAM_WITH_TORCH),
 # then each failure, hang, upstream and skip with a one-line reason, then the passed names;
 # each verdict is also kept in
 # $HVDRUN_SUITE_RESULTS/<python>-np<N>/<test id>.
@@ -94,13 +95,14 @@ echo "test-horovod-suite: installed; ${#TESTS[@]} tests per configuration"
 status=0
 for which in $PYTHONS; do
   py=${PY[$which]} hvdrun=${HVDRUN[$which]} pypath=${PYPATH[$which]}
-  label="$which ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
+  torch_version=$("$py" -c 'import torch; print(torch.__version__)')
+  label="$which (torch $torch_version)"
   for np in $RANKS; do
     res=$RESULTS/$which-np$np
     rm -rf "$res" && mkdir -p "$res"
     printf '%s\n' "${TESTS[@]}" | env -u HVDRUN_LIBRARY PYTHONPATH="$pypath" nice -n 10 \
       xargs -d '\n' -P "$JOBS" -I{} bash -c 'run_one "$@"' _ "$py" "$hvdrun" "$np" "$res" {}
-    python3 "$HELPER" summary "$res" "$label, $np ranks" || status=1
+    python3 "$HELPER" summary "$res" "$label, $np ranks" "$torch_version" || status=1
   done
 done
 exit $status

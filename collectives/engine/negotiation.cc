@@ -87,6 +87,18 @@ std::vector<std::pair<std::string, std::vector<int>>> field_groups(const Field& 
   return groups;
 }
 
+// Horovod's controller refuses an allgather or alltoall of a 0-d tensor ("a rank-zero
+// tensor") on every rank: these work along the first dimension. Empty: no rank gave one.
+std::string zero_dim_error(const std::string& what, const std::vector<const Spec*>& specs) {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < specs.size(); ++r)
+    if (specs[r] && per_rank_rows(specs[r]->kind) && has_zero_dim(*specs[r])) ranks.push_back(static_cast<int>(r));
+  if (ranks.empty()) return "";
+  return what + ": a 0-d tensor (Horovod's rank-zero tensor) on rank" + (ranks.size() > 1 ? "s " : " ") +
+         join_ints(ranks) + ": " + op_kind_name(specs[static_cast<size_t>(ranks[0])]->kind) +
+         " works along the first dimension, so every rank's tensor needs at least one";
+}
+
 }  // namespace
 
 std::string describe_mismatch(const std::string& name, const std::vector<const Spec*>& specs) {
@@ -232,12 +244,15 @@ Response Negotiation::respond(const std::string& name, const Entry& e, int activ
   const Spec* base = *std::find_if(specs.begin(), specs.end(), [](const Spec* s) { return s != nullptr; });
   resp.spec = *base;
   const std::string what = std::string(op_kind_name(base->kind)) + " '" + name + "'";
-  std::string mismatch = refusers.empty() ? describe_mismatch(name, specs) : "";
+  const std::string zero_dim = refusers.empty() ? zero_dim_error(what, specs) : "";
+  std::string mismatch = refusers.empty() && zero_dim.empty() ? describe_mismatch(name, specs) : "";
   if (!refusers.empty()) {
     resp.status = make_error(ErrorKind::kInvalidArgument,
                              what + ": refused on rank" + (refusers.size() == 1 ? " " : "s ") + join_ints(refusers) +
                                  ", where it was submitted again while pending (names must be unique among pending "
                                  "operations; the k-th submission of a name pairs with the k-th on every rank)");
+  } else if (!zero_dim.empty()) {
+    resp.status = make_error(ErrorKind::kInvalidArgument, zero_dim);
   } else if (!mismatch.empty()) {
     resp.status = make_error(ErrorKind::kMismatch, mismatch);
   } else if (active < n && base->kind != OpKind::kAllreduce && base->kind != OpKind::kBarrier) {

@@ -32,6 +32,13 @@ bool shapes_well_formed(const Spec& s) {
   return tensors == s.counts.size();
 }
 
+bool has_zero_dim(const Spec& s) {
+  if (!shapes_well_formed(s)) return false;
+  for (size_t at = 0; at < s.shapes.size(); at += 1 + static_cast<size_t>(s.shapes[at]))
+    if (s.shapes[at] == 0) return true;
+  return false;
+}
+
 std::string shapes_label(const Spec& s, bool skip_first) {
   if (s.shapes.empty() || !shapes_well_formed(s)) return "unknown";
   std::string out;

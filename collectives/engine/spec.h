@@ -54,6 +54,8 @@ struct Spec {
 
 // Whether s.shapes is empty or one well-formed shape per tensor (a peer's message is checked).
 bool shapes_well_formed(const Spec& s);
+// Whether one of s's tensors has no dimension (a 0-d tensor: shape []).
+bool has_zero_dim(const Spec& s);
 // s.shapes as "[17,1311]" ("[2,3] [4]" for a group), without each first dimension when
 // `skip_first` (the row-shaped kinds, whose first dimensions differ); "unknown" when not given.
 std::string shapes_label(const Spec& s, bool skip_first);

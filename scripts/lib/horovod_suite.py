@@ -5,8 +5,10 @@
                           what is not Python's own (cloudpickle, mock, horovod.runner: Horovod's
                           launcher's test helpers, which the torch tests do not call)
   verdict DIR NP RC       one job's verdict from its ranks' files (see horovod_suite_conftest.py)
-  summary DIR LABEL       the counts and names of one configuration's verdicts (DIR ends in
-                          -np<N>: a test in UPSTREAM that fails there counts as upstream)
+  summary DIR LABEL [TORCH]  the counts and names of one configuration's verdicts (DIR ends in
+                          -np<N>: a test in UPSTREAM that fails there counts as upstream; so does
+                          one in UPSTREAM_WITH_TORCH when the interpreter's torch version TORCH
+                          is that recent)
 """
 import ast
 import os
@@ -72,19 +74,52 @@ UPSTREAM = {
 }
 
 
+# Tests that fail with a recent torch whatever runs them, before any collective: the test's
+# name, the first torch (major, minor) where this holds, the error that failure shows (any
+# other failure of the test stays a failure), and why. On an older torch they run and count
+# as any other test.
+_MUON = ("tries every optimizer class of torch.optim on a model with 1-D parameters (biases); "
+         "torch.optim.Muon (torch 2.9 on, pytorch#160213) refuses them in its constructor: "
+         "'ValueError: Muon only supports 2D parameters', in plain torch without hvdrun or Horovod")
+UPSTREAM_WITH_TORCH = {
+    "test_broadcast_state": ((2, 9), "Muon only supports 2D parameters", _MUON),
+    "test_broadcast_state_options": ((2, 9), "Muon only supports 2D parameters", _MUON),
+    "test_force_allreduce": ((2, 9), "Muon only supports 2D parameters", _MUON),
+}
+
+
+def _torch_at_least(version, least):
+    parts = version.split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) >= least
+    except (IndexError, ValueError):
+        return False
+
+
+def _upstream_reason(name, reason, np_, torch_version):
+    test = name.split("::")[-1]
+    known = UPSTREAM.get(test)
+    if known and np_ >= known[0]:
+        return f"on Horovod's own Gloo build: {known[1]}"
+    with_torch = UPSTREAM_WITH_TORCH.get(test)
+    if with_torch and _torch_at_least(torch_version, with_torch[0]) and with_torch[1] in reason:
+        return f"with torch {torch_version} whatever runs it: Horovod's test {with_torch[2]}"
+    return None
+
+
 def _np_of(res_dir):
     tail = os.path.basename(os.path.normpath(res_dir)).rpartition("-np")[2]
     return int(tail) if tail.isdigit() else 0
 
 
-def summary(res_dir, label):
+def summary(res_dir, label, torch_version=""):
     rows = {}
     np_ = _np_of(res_dir)
     for name in sorted(n for n in os.listdir(res_dir) if not n.endswith(".log")):
         kind, _, reason = open(os.path.join(res_dir, name)).read().strip().partition(" ")
-        known = UPSTREAM.get(name.split("::")[-1])
-        if kind in ("failed", "hung") and known and np_ >= known[0]:
-            kind, reason = "upstream", f"{kind} here and on Horovod's own Gloo build: {known[1]}"
+        upstream = _upstream_reason(name, reason, np_, torch_version) if kind in ("failed", "hung") else None
+        if upstream:
+            kind, reason = "upstream", f"{kind} here and {upstream}"
         if kind == "skipped" and reason in ("", "Skipped"):
             reason = "skipped by the test itself (@unittest.skip in Horovod's source)"
         rows.setdefault(kind, []).append((name, reason))
@@ -106,4 +141,4 @@ if __name__ == "__main__":
     elif cmd == "verdict":
         print(" ".join(verdict(args[0], int(args[1]), int(args[2]))).strip())
     elif cmd == "summary":
-        sys.exit(summary(args[0], args[1]))
+        sys.exit(summary(*args[:3]))

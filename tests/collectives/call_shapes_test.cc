@@ -58,6 +58,14 @@ TEST(CallShapes, RowShapedCallsTakeTheRowsFirstThenTheRowsShape) {
   Spec rs = of(OpKind::kReducescatter, {4}, 6);
   EXPECT_FALSE(apply_shapes("w", {2, 6, 4}, &rs)) << "the first dimension is not the rows";
   EXPECT_FALSE(apply_shapes("w", {0}, &rs)) << "a scalar has no rows";
+  // A 0-d allgather or alltoall tensor passes as one row of one element: the negotiation
+  // refuses it on every rank (a refusal here would leave the other ranks waiting).
+  Spec scalar = of(OpKind::kAllgatherv, {1}, 1);
+  EXPECT_TRUE(apply_shapes("w", {0}, &scalar));
+  Spec scalar_rs = of(OpKind::kReducescatter, {1}, 1);
+  EXPECT_FALSE(apply_shapes("w", {0}, &scalar_rs)) << "reducescatter refuses a scalar locally, as Horovod";
+  Spec not_one = of(OpKind::kAllgatherv, {2}, 1);
+  EXPECT_FALSE(apply_shapes("w", {0}, &not_one)) << "a 0-d tensor holds one element";
   Spec b = of(OpKind::kBarrier, {});
   EXPECT_FALSE(apply_shapes("w", {1, 1}, &b));
   EXPECT_TRUE(apply_shapes("w", {}, &b)) << "no shapes: nothing to check";

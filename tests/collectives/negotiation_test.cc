@@ -98,6 +98,29 @@ TEST(Negotiation, RowShapedKindsCompareEveryDimensionButTheFirst) {
   EXPECT_TRUE(out.responses[1].status) << out.responses[1].status.error().message;
 }
 
+// Horovod's controller refuses an allgather of a 0-d tensor on every rank, whether one rank
+// or all gave one; the others' one-dimensional tensors carry no shapes.
+TEST(Negotiation, AnAllgatherOfAZeroDimensionalTensorFailsOnEveryRank) {
+  Cluster c(3);
+  for (int r = 0; r < 3; ++r) {
+    c.msgs[r].specs = {of_kind("one", OpKind::kAllgatherv), of_kind("all", OpKind::kAllgatherv)};
+    for (auto& s : c.msgs[r].specs) s.counts = {1}, s.row_elems = 1;
+    c.msgs[r].specs[1].shapes = {0};
+  }
+  c.msgs[1].specs[0].shapes = {0};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 2u);
+  for (auto& resp : out.responses) {
+    ASSERT_FALSE(resp.status) << resp.name;
+    EXPECT_EQ(resp.status.error().kind, ErrorKind::kInvalidArgument);
+  }
+  EXPECT_EQ(out.responses[0].status.error().message,
+            "allgather 'one': a 0-d tensor (Horovod's rank-zero tensor) on rank 1: allgather works along the first "
+            "dimension, so every rank's tensor needs at least one");
+  EXPECT_NE(out.responses[1].status.error().message.find("on ranks 0,1,2:"), std::string::npos)
+      << out.responses[1].status.error().message;
+}
+
 TEST(Negotiation, AMismatchFailsTheNameNamingEachValuesRanks) {
   Cluster c(3);
   c.msgs[0].specs = {allreduce("a")};

@@ -64,6 +64,17 @@ TEST(Spec, KindsHaveNamesShapesAndCacheability) {
   EXPECT_FALSE(cacheable(OpKind::kJoin));
 }
 
+TEST(Spec, AZeroDimensionalTensorIsOneWithNoDimensionInTheShapes) {
+  Spec s = grouped();  // two tensors
+  EXPECT_FALSE(has_zero_dim(s)) << "no shapes given";
+  s.shapes = {1, 3, 2, 1, 5};
+  EXPECT_FALSE(has_zero_dim(s));
+  s.shapes = {1, 3, 0};
+  EXPECT_TRUE(has_zero_dim(s)) << "the second tensor is 0-d";
+  s.shapes = {0, 0, 7};
+  EXPECT_FALSE(has_zero_dim(s)) << "shapes that do not describe the tensors";
+}
+
 TEST(Spec, AnAverageGoesOverTheWireAsASum) {
   Spec s;
   s.op = HVD_OP_AVERAGE;

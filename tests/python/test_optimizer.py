@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_
 
 CHECKS = ["sgd_equals_full_batch", "adam_equals_full_batch", "op_sum", "gradient_predivide_factor",
           "backward_passes_per_step", "unused_parameters_get_zero_gradients", "fp16_compression",
-          "groups_int_and_lists", "sparse_gradients", "synchronize_then_clip_then_step", "join_with_uneven_data",
+          "groups_int_and_lists", "load_state_dict_forgets_a_partly_counted_group", "sparse_gradients", "synchronize_then_clip_then_step", "join_with_uneven_data",
           "misuse_is_a_clear_error"]
 _jobs: dict = {}
 

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_
 CHECKS = ["timeline_dynamic_writes_no_file", "build_queries_as_horovods_gloo_build", "int16_and_bool_in_every_collective",
           "grouped_allgather_variable_rows_async_and_grad", "grouped_reducescatter_ops_scales_async_and_grad",
           "sparse_allreduce_and_sparse_optimizer", "horovods_errors_on_every_rank",
-          "a_finished_name_is_taken_until_synchronized", "join_then_allgather_fails_and_the_ranks_go_on"]
+          "a_finished_name_is_taken_until_synchronized", "join_then_allgather_fails_and_the_ranks_go_on", "allgather_or_alltoall_of_a_0d_tensor_fails_on_every_rank",
+          "horovods_argument_orders_and_default_names"]
 _jobs: dict = {}
 
 

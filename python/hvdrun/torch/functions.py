@@ -104,19 +104,22 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> Any:
-    """root_rank's `obj` (any picklable object) on every rank."""
+    """root_rank's `obj` (any picklable object) on every rank. Named, as Horovod names it,
+    after the object's type by default ("<type>.sz", "<type>.t"): every rank passes an object
+    of the same type (as Horovod asks: `{}` on the others, not None), or the same `name`."""
     _check_process_set(process_set)
+    name = type(obj).__name__ if name is None else name
     if rank() == root_rank:
         b = io.BytesIO()
         _pickler.dump(obj, b)
         t = torch.frombuffer(bytearray(b.getvalue()), dtype=torch.uint8) if b.tell() else torch.empty(0, dtype=torch.uint8)
         sz = torch.tensor([t.numel()], dtype=torch.int64)
-        broadcast_(sz, root_rank, None if name is None else name + ".sz", process_set)
+        broadcast_(sz, root_rank, name + ".sz", process_set)
     else:
         sz = torch.tensor([0], dtype=torch.int64)
-        broadcast_(sz, root_rank, None if name is None else name + ".sz", process_set)
+        broadcast_(sz, root_rank, name + ".sz", process_set)
         t = torch.empty(int(sz.item()), dtype=torch.uint8)
-    broadcast_(t, root_rank, None if name is None else name + ".t", process_set)
+    broadcast_(t, root_rank, name + ".t", process_set)
     if rank() != root_rank:
         obj = _pickler.loads(t.numpy().tobytes())
     return obj

@@ -36,10 +36,8 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     ps = _check_process_set(process_set)
     if len(tensors) == 0:
         raise InvalidArgumentError("grouped_allgather: the list of tensors is empty")
-    for t in tensors:
+    for t in tensors:  # a 0-d tensor fails on every rank, as hvd.allgather's
         _dtype_of(t, "grouped_allgather")
-        if t.dim() == 0:
-            raise InvalidArgumentError("grouped_allgather: every tensor needs at least one dimension")
     base, names = _part_names("grouped_allgather", name, len(tensors), ps)
     return _combine(f"grouped allgather {base!r}",
                     [partial(allgather_async, t, nm, process_set=process_set) for t, nm in zip(tensors, names)])
@@ -49,9 +47,10 @@ class HorovodGroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, name: Optional[str], process_set: ProcessSet,
                 *tensors: torch.Tensor) -> Any:  # type: ignore[override]
+        out = tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set=process_set)))
         ctx.dims = [t.shape[0] for t in tensors]
         ctx.process_set = process_set
-        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set=process_set)))
+        return out
 
     @staticmethod
     def backward(ctx: Any, *grad_output: torch.Tensor) -> Any:  # type: ignore[override]
@@ -85,7 +84,7 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
         _check_reducescatter(t, op, "grouped_reducescatter")
     base, names = _part_names("grouped_reducescatter", name, len(tensors), ps)
     return _combine(f"grouped reducescatter {base!r}",
-                    [partial(reducescatter_async, t, op, nm, process_set=process_set, prescale_factor=prescale_factor,
+                    [partial(reducescatter_async, t, nm, op, process_set=process_set, prescale_factor=prescale_factor,
                                      postscale_factor=postscale_factor) for t, nm in zip(tensors, names)])
 
 

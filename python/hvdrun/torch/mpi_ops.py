@@ -279,10 +279,11 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     require_init()
     ps = _check_process_set(process_set)
     d = _dtype_of(tensor, "allgather")
-    if tensor.dim() == 0:
-        raise InvalidArgumentError("allgather: the tensor needs at least one dimension")
     full = _op_name("allgather", name, ps)
-    rows, row_elems = _rows(tensor)
+    # A 0-d tensor goes out as one row of one element, its shape [] with it: the negotiation
+    # refuses it on every rank, as Horovod's controller does (a refusal here, on this rank
+    # only, left the others waiting).
+    rows, row_elems = _rows(tensor) if tensor.dim() else (1, 1)
     n = _set_rank_size(ps)[1]
     _capi.next_call(ps, [tensor.shape])
     c = _capi.allgatherv_async(full, tensor.data_ptr(), rows, row_elems, d)
@@ -299,8 +300,9 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str],
                 process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
+        out = synchronize(allgather_async(tensor, name, process_set))
         ctx.dim, ctx.process_set = tensor.shape[0], process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Any:  # type: ignore[override]
@@ -389,17 +391,18 @@ def alltoall_async(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Se
     require_init()
     ps = _check_process_set(process_set)
     d = _dtype_of(tensor, "alltoall")
-    if tensor.dim() == 0:
-        raise InvalidArgumentError("alltoall: the tensor needs at least one dimension")
-    rows, row_elems = _rows(tensor)
     n = _set_rank_size(ps)[1]
     split_list: Optional[List[int]] = None
-    if splits is not None:
+    if tensor.dim() == 0:  # as allgather's: one row (to rank 0), refused on every rank by the negotiation
+        rows, row_elems, split_list = 1, 1, [1] + [0] * (n - 1)
+    else:
+        rows, row_elems = _rows(tensor)
+    if splits is not None and tensor.dim():
         split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
         if len(split_list) != n or any(s < 0 for s in split_list) or sum(split_list) != rows:
             raise InvalidArgumentError(f"alltoall: splits {split_list} must be {n} non-negative row counts "
                                        f"adding up to the tensor's first dimension ({rows})")
-    elif rows % n:
+    elif split_list is None and rows % n:
         raise InvalidArgumentError(f"alltoall: without splits the first dimension ({rows}) must be a multiple "
                                    f"of size() ({n})")
     full = _op_name("alltoall", name, ps)
@@ -443,7 +446,7 @@ def alltoall(tensor: torch.Tensor, splits: Optional[Union[torch.Tensor, Sequence
 
 
 # --- reducescatter -----------------------------------------------------------------------------
-def reducescatter_async(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
                         process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> int:
     """Starts a reducescatter: `tensor` is reduced across ranks and its first dimension
@@ -491,7 +494,7 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, name: Optional[str], op: int, prescale_factor: float,
                 postscale_factor: float, process_set: ProcessSet) -> torch.Tensor:  # type: ignore[override]
-        out = synchronize(reducescatter_async(tensor, op, name, process_set=process_set,
+        out = synchronize(reducescatter_async(tensor, name, op, process_set=process_set,
                                               prescale_factor=prescale_factor, postscale_factor=postscale_factor))
         n = _set_rank_size(_check_process_set(process_set))[1]
         ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor, n)
@@ -505,12 +508,16 @@ class HorovodReducescatter(torch.autograd.Function):
                 None, None, None, None, None)
 
 
-def reducescatter(tensor: torch.Tensor, op: int = Average, name: Optional[str] = None,
-                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Any = Compression.none,
+                  op: int = Average, process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                   postscale_factor: float = 1.0) -> torch.Tensor:
-    """This rank's share of the reduction of `tensor` across ranks (see reducescatter_async)."""
+    """This rank's share of the reduction of `tensor` across ranks (see reducescatter_async);
+    `compression` reduces a compressed copy and returns it decompressed. Horovod's argument
+    order: reducescatter(tensor, name, compression, op, ...)."""
     _check_process_set(process_set)
-    return HorovodReducescatter.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    compressed, cctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, cctx)
 
 
 # --- join, barrier -----------------------------------------------------------------------------

@@ -79,7 +79,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._register_hooks()
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        # As Horovod's, and the groups' hook counts with the pending gradients they counted
+        # (Horovod 0.28.1 keeps them: a group part-counted before the load then goes out
+        # early in the next backward, and its other gradients alone later, out of step with
+        # the ranks that did not load).
         self._handles = {}
+        for group in self._group_counts:
+            self._group_counts[group] = 0
         self._synchronized = False
         self._should_synchronize = True
         for p in self._allreduce_delay:

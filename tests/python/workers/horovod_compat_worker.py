@@ -241,3 +241,41 @@ def join_then_allgather_fails_and_the_ranks_go_on():
         last = hvd.join()
         assert last != first or n == 1, (last, first)
         assert hvd.allgather_object(last) == [last] * n
+
+
+@check
+def allgather_or_alltoall_of_a_0d_tensor_fails_on_every_rank():
+    # Horovod's controller refuses them on every rank ("a rank-zero tensor"), whether one rank
+    # or all gave one; a refusal on that rank alone left the others waiting.
+    def fails_everywhere(fn, on):
+        try:
+            fn()
+        except hvd.HorovodInternalError as e:
+            assert "0-d tensor" in str(e) and f"on rank{'s' if len(on) > 1 else ''} {on}:" in str(e), e
+            return
+        raise AssertionError("did not raise")
+
+    every = ",".join(map(str, range(n)))
+    fails_everywhere(lambda: hvd.allgather(torch.tensor(float(r))), every)
+    fails_everywhere(lambda: hvd.allgather(torch.tensor(1.0) if r == n - 1 else torch.ones(1), name="ag0"),
+                     str(n - 1))
+    fails_everywhere(lambda: hvd.grouped_allgather([torch.ones(2, 2), torch.tensor(2)]), every)
+    fails_everywhere(lambda: hvd.alltoall(torch.tensor(1.0) if r == 0 else torch.ones(n)), "0")
+    equal(hvd.allgather(torch.full((1,), r)), torch.arange(n))  # the unnamed ones still pair
+
+
+@check
+def horovods_argument_orders_and_default_names():
+    x = torch.arange(n * 2, dtype=torch.float32) * (r + 1)
+    want = share(torch.arange(n * 2, dtype=torch.float32) * (n * (n + 1) // 2))
+    # reducescatter_async(tensor, name, op, ...), reducescatter(tensor, name, compression, op, ...)
+    equal(hvd.synchronize(hvd.reducescatter_async(x, "rs.pos", hvd.Sum)), want)
+    equal(hvd.reducescatter(x, "rs.pos.fp16", hvd.Compression.fp16, hvd.Sum), want)
+    # broadcast_object's operations are named after the object's type, as Horovod's: here
+    # the ranks disagree on the root, and every rank's error names "dict.sz".
+    try:
+        hvd.broadcast_object({"from": r}, root_rank=min(r, 1))
+        raise AssertionError("broadcast_object with different roots did not raise")
+    except RuntimeError as e:
+        assert "dict.sz" in str(e) and "root rank" in str(e), e
+    assert hvd.broadcast_object([r], root_rank=n - 1, name="named") == [n - 1]

@@ -4,9 +4,9 @@ training loop under hvdrun's elastic mode.
 
     tests/chaos/chaos_elastic.py [--build DIR] [--seed S] [--trials N] [--only-job J] [-v]
 
-A job is hvdrun --min-np 1 --max-np 3 over three names of this machine (HOSTS, one slot
-each, listed by a discovery script) with --blacklist-cooldown-range 1 2, so that a failed
-host comes back; its workers are chaos_elastic_worker.py (Debian's /usr/bin/python3 with
+A job is hvdrun --min-np 1 --max-np 4 over four names of this machine (HOSTS, one slot
+each, listed by a discovery script) with --blacklist-cooldown-range 1 1, so that a failed
+host comes back after a second; its workers are chaos_elastic_worker.py (Debian's /usr/bin/python3 with
 torch: a linear model, DistributedOptimizer, ElasticSampler, hvdrun.torch.elastic.run over
 a TorchState that also holds the sample indices each batch saw). Job J of seed S draws
 its sample count, batch size and KILLS kills from random.Random("S/J") alone: each kill
@@ -42,11 +42,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"  # Debian's, with torch
-HOSTS = ["localhost", "127.0.0.1", "127.0.0.2"]
-KILLS = 25                   # kills (trials) per job
+HOSTS = ["localhost", "127.0.0.1", "127.0.0.2", "127.0.0.3"]
+KILLS = 34                   # kills (trials) per job
 WAIT = 60                    # s: the deadline of every wait for the job's progress
 JOB_DEADLINE = 240           # s: the whole job's
 RAISE_POINTS = ("forward", "backward", "gather", "commit")
+# A known, unfixed bug (issue 28's chaos trials, seed 3 job 0 with STOP_WITH_EVERY_HOST
+# False): a host added while the last round finishes its training (its workers past their
+# last commit, exiting 0 after hvd_shutdown) makes a new round that the finished workers
+# never join; its new worker waits in hvd_init, hvdrun goes on waiting for it (judge_round:
+# a success with workers running), and after HVDRUN_START_TIMEOUT the job fails with exit 4
+# ("rank 0 ... did not reach the rendezvous within 30 s"). Until it is fixed, the driver
+# asks the workers to stop only once every host is in the round, so that none is added.
+STOP_WITH_EVERY_HOST = True
 
 
 def load_chaos():
@@ -96,7 +104,7 @@ class Job:
         for i, h in enumerate(HOSTS):
             env["CE_SLOT_NO_" + h.replace(".", "_")] = str(i)
         argv = [os.path.join(build, "cli", "hvdrun"), "--min-np", "1", "--max-np", str(len(HOSTS)),
-                "--host-discovery-script", disc, "--blacklist-cooldown-range", "1", "2",
+                "--host-discovery-script", disc, "--blacklist-cooldown-range", "1", "1",
                 PYTHON, os.path.join(HERE, "chaos_elastic_worker.py")]
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
@@ -120,13 +128,13 @@ class Job:
                 out.append((i, int(m[1]), [int(p) for p in m[2].split(",")], [int(s) for s in m[3].split(",")]))
         return out
 
-    def wait_round(self, start, killed, count):
-        """The count-th STEP line from index start of a round of >= 2 ranks none of them
+    def wait_round(self, start, killed, count, least=2):
+        """The count-th STEP line from index start of a round of >= least ranks none of them
         killed, or None after WAIT s or at hvdrun's exit."""
         deadline = time.monotonic() + WAIT
         with self.cv:
             while True:
-                good = [s for s in self.steps(start) if s[1] >= 2 and not set(s[2]) & killed]
+                good = [s for s in self.steps(start) if s[1] >= least and not set(s[2]) & killed]
                 if len(good) >= count:
                     return good[count - 1]
                 left = deadline - time.monotonic()
@@ -170,7 +178,7 @@ def expected_cause(k):
 
 def run_kills(job, tdir, plan, verbose):
     """Runs the plan's kills; returns the trials: [kill, host, problem or None]."""
-    trials, killed, start = [], set(), 0
+    trials, killed = [], set()
     step = job.wait_round(0, killed, 1)
     for k in plan.kills:
         if step is None:
@@ -188,7 +196,6 @@ def run_kills(job, tdir, plan, verbose):
         if verbose:
             print(f"chaos_elastic: {plan.describe()}: {k['how']} {k['point'] if k['how'] == 'raise' else ''} "
                   f"of pid {pid} on {host}: {trial[2] or 'recovered'}", flush=True)
-        start = step[0] + 1 if step else start
     return trials
 
 
@@ -243,6 +250,8 @@ def run_job(plan, build, base, verbose):
     problems = []
     try:
         trials = run_kills(job, tdir, plan, verbose)
+        if STOP_WITH_EVERY_HOST and not job.wait_round(len(job.lines), set(), 1, len(HOSTS)):
+            problems.append(f"no round of all {len(HOSTS)} hosts within {WAIT} s after the last kill")
         open(os.path.join(tdir, "stop"), "w").close()
         rc = job.finish(JOB_DEADLINE)
     finally:

@@ -114,15 +114,21 @@ bool ElasticDriver::step() {
   return true;
 }
 
-// Round `next` begins: the server's table, its keys and the update that announces it, the
-// ranks of the slots that go on, a process for each slot that has none.
+// Round `next` begins: its slots' keys, the server's table, the round's key and the update
+// that announces it, the ranks of the slots that go on, a process for each slot that has
+// none. The slots' keys come first: a worker told of the round by the server (a register
+// of an older round, answered kStaleRound) reads its slot's key at once, and a key not
+// there yet would read as "removed".
 void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& change) {
   ++round_no_;
-  io_.store.begin_round(round_no_, next.ranks);
   StoreEntries keys = round_keys(round_no_, next);
   if (round_no_ > 1) keys.push_back(update_entry(++update_seq_, change));
-  for (const auto& [k, v] : keys)
-    if (auto st = io_.store.set(k, v); !st) return fail("hvdrun: elastic: " + st.error().message, 1);
+  const size_t slot_keys = keys.size() - (round_no_ > 1 ? 2 : 1);  // before the round's key and the update
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i == slot_keys) io_.store.begin_round(round_no_, next.ranks);
+    if (auto st = io_.store.set(keys[i].first, keys[i].second); !st)
+      return fail("hvdrun: elastic: " + st.error().message, 1);
+  }
   std::vector<Proc*> live(next.slots.size(), nullptr);
   for (size_t i = 0; i < next.slots.size(); ++i) live[i] = proc_of(next.slots[i]);
   for (auto& p : procs_) p->rank = -1;

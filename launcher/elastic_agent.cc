@@ -12,6 +12,7 @@
 #include <set>
 
 #include "common/socket_io.h"
+#include "launcher/agent.h"
 #include "launcher/line_splitter.h"
 #include "launcher/process_runner.h"
 
@@ -28,9 +29,6 @@ struct Worker {
   double ended_at = 0;
 };
 
-// Seconds an ended worker's pipes may stay open (held by a process that escaped its group).
-constexpr double kDrainAfterExit = 2.0;
-
 class ElasticAgent {
  public:
   ElasticAgent(const AgentJob& job, PreparedHost& host, int in_fd, int out_fd, agentwire::FrameReader& reader)
@@ -38,10 +36,13 @@ class ElasticAgent {
   int run();
 
  private:
-  bool send(Type t, std::string_view payload) {
-    if (!broken_ && !write_all(out_fd_, agentwire::encode(t, payload))) broken_ = true;
+  bool write_frame(const std::string& frame) {
+    if (!broken_ && !write_all(out_fd_, frame)) broken_ = true;
     return !broken_;
   }
+  bool send(Type t, std::string_view payload) { return write_frame(agentwire::encode(t, payload)); }
+  // Output lines of worker `id` (-1: the agent's own line) on stream `s` (0 out, 1 err).
+  bool send_output(int id, int s, std::string_view lines) { return write_frame(agentwire::encode_output(id, s, lines)); }
   bool read_link();
   void take(const agentwire::Frame& f);
   void spawn(const AgentSpawn& s);
@@ -76,7 +77,7 @@ void ElasticAgent::spawn(const AgentSpawn& s) {
   auto spawned = runner_.spawn(req);
   if (!spawned) {  // (the program was found at the start: a fork failing, the budget)
     w->status = 127 << 8;
-    send(Type::kOutput, agentwire::encode_output(-1, 1, "hvdrun --agent: " + spawned.error().message + "\n").substr(5));
+    send_output(-1, 1, "hvdrun --agent: " + spawned.error().message + "\n");
   } else {
     w->pid = spawned->pid;
     w->pipes[0] = std::move(spawned->out);
@@ -99,7 +100,7 @@ void ElasticAgent::take(const agentwire::Frame& f) {
 
 // What hvdrun sent; false when its stream has ended (or broke).
 bool ElasticAgent::read_link() {
-  char buf[65536];
+  char buf[kReadChunk];
   ssize_t r = read(in_fd_, buf, sizeof buf);
   if (r < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (r <= 0 || !reader_.feed(std::string_view(buf, static_cast<size_t>(r)))) return false;
@@ -109,13 +110,13 @@ bool ElasticAgent::read_link() {
 }
 
 void ElasticAgent::read_output(int id, Worker& w, int s) {
-  char buf[65536];
+  char buf[kReadChunk];
   ssize_t r = read(w.pipes[s].get(), buf, sizeof buf);
   if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
   std::string lines = r > 0 ? std::string(w.split[s].feed(std::string_view(buf, static_cast<size_t>(r))))
                             : w.split[s].flush();
   if (r <= 0) w.pipes[s].reset();
-  if (!lines.empty()) send(Type::kOutput, agentwire::encode_output(id, s, lines).substr(5));
+  if (!lines.empty()) send_output(id, s, lines);
 }
 
 void ElasticAgent::reap() {
@@ -159,7 +160,7 @@ void ElasticAgent::check_stopped() {
     if (now - since < job_.heartbeat_timeout) continue;
     std::string line = "hvdrun --agent: a worker stopped for " + std::to_string(static_cast<int>(now - since)) +
                        " s (HVDRUN_HEARTBEAT_TIMEOUT): killed\n";
-    send(Type::kOutput, agentwire::encode_output(-1, 1, line).substr(5));
+    send_output(-1, 1, line);
     runner_.signal_group(w->pid, SIGKILL);
     stopped_since_.erase(w->pid);
   }

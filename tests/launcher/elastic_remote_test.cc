@@ -13,6 +13,7 @@
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
+#include "elastic_sh_job.h"
 #include "recording_sink.h"
 
 namespace hvdrun {
@@ -56,14 +57,8 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   rs.start_timeout = 20;
   auto host = std::make_unique<RemoteHost>("node-x", rs, starter);
   ASSERT_TRUE(host->connect(deadline_in(20)));
-  const char* path = std::getenv("PATH");
-  std::vector<std::string> env{std::string("PATH=") + (path ? path : "/usr/bin:/bin"), "HVDRUN_ELASTIC_SLOT=node-x:0"};
-  AgentJob job;
-  job.host = "node-x";
-  job.cwd = "/";
-  job.kill_grace = 2;
-  job.elastic = true;
-  job.ranks.push_back({0, {"sh"}, env});
+  AgentJob job = elastic_sh_job("node-x", {"HVDRUN_ELASTIC_SLOT=node-x:0"});
+  const std::vector<std::string> env = job.ranks[0].env;
   ASSERT_TRUE(host->prepare(job));
   RecordingSink sink;
   ElasticAgents agents(nullptr, sink, 30);

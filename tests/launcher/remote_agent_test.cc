@@ -27,6 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "elastic_sh_job.h"
+
 namespace hvdrun {
 namespace {
 
@@ -337,14 +339,8 @@ TEST(RemoteAgent, AnElasticJobsWorkersRunAsHvdrunAsks) {
   agentwire::FrameReader reader;
   auto hello = next_frame(a.out, reader, 20);
   ASSERT_TRUE(hello && hello->type == Type::kHello);
-  const char* p = std::getenv("PATH");
-  std::vector<std::string> env{std::string("PATH=") + (p ? p : "/usr/bin:/bin")};
-  AgentJob job;
-  job.host = "b";
-  job.cwd = "/";
-  job.kill_grace = 2;
-  job.elastic = true;
-  job.ranks.push_back({0, {"sh"}, env});
+  AgentJob job = elastic_sh_job("b");
+  const std::vector<std::string> env = job.ranks[0].env;
   ASSERT_TRUE(write_all(a.in, agentwire::encode(Type::kJob, encode_job(job))));
   auto ready = next_frame(a.out, reader, 20);
   ASSERT_TRUE(ready && ready->type == Type::kReady);

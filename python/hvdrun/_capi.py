@@ -398,13 +398,33 @@ def next_call(process_set: int, shapes: Sequence[Sequence[int]]) -> None:
     """Describes the next collective this thread submits: its process set and its tensors'
     shapes (which the ranks then agree on, as Horovod's do). In the global set, tensors of one
     dimension need none: their counts say as much (and the call saves its cost); a 0-d tensor
-    has a shape of its own (Horovod's [] is not [1])."""
-    if process_set == 0 and all(len(s) == 1 for s in shapes):
+    has a shape of its own (Horovod's [] is not [1]). A training step describes the same
+    shapes every step: their ctypes arrays are built once (_call_shapes) and reused."""
+    if len(shapes) == 1:  # the common case, without generators
+        if process_set == 0 and len(shapes[0]) == 1:
+            return
+        key: Tuple[Any, ...] = (process_set, tuple(shapes[0]))
+    elif process_set == 0 and all(len(s) == 1 for s in shapes):
         return
+    else:
+        key = (process_set, *map(tuple, shapes))
+    args = _call_shapes.get(key)
+    if args is None:
+        args = _call_shapes_arguments(process_set, shapes)
+        if len(_call_shapes) >= _CALL_SHAPES_KEPT:
+            _call_shapes.clear()
+        _call_shapes[key] = args
+    _check(_fn("hvd_next_call")(*args), "hvd_next_call")
+
+
+_CALL_SHAPES_KEPT = 4096  # distinct (process set, shapes) descriptions kept; more start over
+_call_shapes: dict = {}
+
+
+def _call_shapes_arguments(process_set: int, shapes: Sequence[Sequence[int]]) -> Tuple[Any, ...]:
     n = len(shapes)
     flat = [int(d) for s in shapes for d in s]
-    _check(_fn("hvd_next_call")(process_set, n, (ctypes.c_int * n)(*[len(s) for s in shapes]),
-                                (ctypes.c_longlong * len(flat))(*flat)), "hvd_next_call")
+    return (process_set, n, (ctypes.c_int * n)(*[len(s) for s in shapes]), (ctypes.c_longlong * len(flat))(*flat))
 
 
 def add_process_set(ranks: Sequence[int]) -> int:

@@ -55,5 +55,5 @@ fi
 echo "bench-elastic: $HOSTS hosts, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores), $("$PY" -c 'import horovod, torch; print("Horovod", horovod.__version__, "torch", torch.__version__)')"
 "$PY" bench/elastic_bench.py --hvdrun "$PWD/$BUILD_DIR/cli/hvdrun" --horovodrun "$(dirname "$PY")/horovodrun" \
   --python "$PY" --rounds "${ROUNDS:-3}" --tools "${TOOLS:-hvdrun,horovodrun,torchrun}" --parts "${PARTS:-lost,added,commit}" "${where[@]}" \
-  ${KEEP:+--keep "$KEEP"} ${HOROVODRUN_FLAGS:+--horovodrun-flags "$HOROVODRUN_FLAGS"}
+  ${KEEP:+--keep "$KEEP"} ${HOROVODRUN_FLAGS:+"--horovodrun-flags=$HOROVODRUN_FLAGS"}
 echo "bench-elastic: load after $(cut -d' ' -f1-3 /proc/loadavg)"

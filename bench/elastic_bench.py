@@ -336,7 +336,7 @@ def measure_commit(tool: Tool, lay: Layout, calls: int, deadline: float) -> Tupl
             run.finish(deadline)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hvdrun", required=True)
     ap.add_argument("--horovodrun", required=True)
@@ -355,7 +355,51 @@ def main() -> int:
     ap.add_argument("--ns-prefix", default="hvdh", help="netns: the hosts' namespace names less their number")
     ap.add_argument("--horovodrun-flags", default="", help="more flags for horovodrun (e.g. --verbose)")
     ap.add_argument("--keep", type=Path, help="a directory: each launch's output and log copied there")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def measure(tool: Tool, lay: Layout, part: str, a: argparse.Namespace, res: Dict[Tuple[str, str], List[float]],
+            kept_pids: Dict[str, List[bool]]) -> Tuple[float, str]:
+    """One measurement of `part`: its figure and the line that says it."""
+    if part == "lost":
+        secs, kept = measure_lost(tool, lay, a.warm, a.deadline)
+        kept_pids.setdefault(tool.name, []).append(kept)
+        return secs, f"{secs:.3f} s to the first step at size {lay.small}; survivors kept their PIDs: {kept}"
+    if part == "added":
+        secs = measure_added(tool, lay, a.warm, a.deadline)
+        return secs, f"{secs:.3f} s to the first step at size {lay.size}"
+    secs, check = measure_commit(tool, lay, a.commit_calls, a.deadline)
+    res.setdefault((tool.name, "check"), []).append(check)
+    return secs, f"{secs * 1e6:.1f} us per call; check_host_updates() alone {check * 1e6:.1f} us"
+
+
+def print_table(tools: List[Tool], parts: List[str], res: Dict[Tuple[str, str], List[float]],
+                failed: Dict[Tuple[str, str], int], kept_pids: Dict[str, List[bool]]) -> None:
+    if "commit" in parts:
+        parts.append("check")
+    print(f"\n{'':12}" + "".join(f"{p:>34}" for p in parts))
+    for tool in tools:
+        row = f"{tool.name:12}"
+        for p in parts:
+            v = res.get((tool.name, p))
+            fails = f" +{failed[(tool.name, p)]} failed" if (tool.name, p) in failed else ""
+            if not v:
+                row += f"{'-' + fails:>34}"
+                continue
+            us = p in ("commit", "check")
+            fmt = (lambda x: f"{x * 1e6:.0f}") if us else (lambda x: f"{x:.3f}")
+            base = res.get(("hvdrun", p))
+            ratio = f"; {statistics.median(v) / statistics.median(base):.2f}x" if base and tool.name != "hvdrun" else ""
+            cell = f"{fmt(statistics.median(v))} {'us' if us else 's'} ({fmt(min(v))}-{fmt(max(v))}{ratio}){fails}"
+            row += f"{cell:>34}"
+        print(row)
+    print("(medians, in brackets min-max and the tool's median over hvdrun's)")
+    if kept_pids:
+        print("survivors kept their PIDs: " + ", ".join(f"{t} {sum(v)} of {len(v)}" for t, v in kept_pids.items()))
+
+
+def main() -> int:
+    a = parse_args()
     if a.keep:
         a.keep.mkdir(parents=True, exist_ok=True)
         KEEP.append(a.keep)
@@ -378,44 +422,14 @@ def main() -> int:
                 if part == "commit" and isinstance(tool, Torchrun):
                     continue  # (no elastic API: nothing to commit)
                 try:
-                    if part == "lost":
-                        secs, kept = measure_lost(tool, lay, a.warm, a.deadline)
-                        line = f"{secs:.3f} s to the first step at size {lay.small}; survivors kept their PIDs: {kept}"
-                        kept_pids.setdefault(tool.name, []).append(kept)
-                    elif part == "added":
-                        secs = measure_added(tool, lay, a.warm, a.deadline)
-                        line = f"{secs:.3f} s to the first step at size {lay.size}"
-                    else:
-                        secs, check = measure_commit(tool, lay, a.commit_calls, a.deadline)
-                        line = f"{secs * 1e6:.1f} us per call; check_host_updates() alone {check * 1e6:.1f} us"
-                        res.setdefault((tool.name, "check"), []).append(check)
+                    secs, line = measure(tool, lay, part, a, res, kept_pids)
                 except RuntimeError as e:  # the tool failed: said, and counted as such
                     failed[(tool.name, part)] = failed.get((tool.name, part), 0) + 1
                     print(f"round {r} {tool.name} {part}: FAILED: {str(e).splitlines()[0]}", flush=True)
                     continue
                 res.setdefault((tool.name, part), []).append(secs)
                 print(f"round {r} {tool.name} {part}: {line}", flush=True)
-    if "commit" in parts:
-        parts.append("check")
-    print(f"\n{'':12}" + "".join(f"{p:>34}" for p in parts))
-    for tool in tools:
-        row = f"{tool.name:12}"
-        for p in parts:
-            v = res.get((tool.name, p))
-            fails = f" +{failed[(tool.name, p)]} failed" if (tool.name, p) in failed else ""
-            if not v:
-                row += f"{'-' + fails:>34}"
-                continue
-            us = p in ("commit", "check")
-            fmt = (lambda x: f"{x * 1e6:.0f}") if us else (lambda x: f"{x:.3f}")
-            base = res.get(("hvdrun", p))
-            ratio = f"; {statistics.median(v) / statistics.median(base):.2f}x" if base and tool.name != "hvdrun" else ""
-            cell = f"{fmt(statistics.median(v))} {'us' if us else 's'} ({fmt(min(v))}-{fmt(max(v))}{ratio}){fails}"
-            row += f"{cell:>34}"
-        print(row)
-    print("(medians, in brackets min-max and the tool's median over hvdrun's)")
-    if kept_pids:
-        print("survivors kept their PIDs: " + ", ".join(f"{t} {sum(v)} of {len(v)}" for t, v in kept_pids.items()))
+    print_table(tools, parts, res, failed, kept_pids)
     return 0
 
 

@@ -1,13 +1,22 @@
 """Elastic recovery side by side (scripts/bench-elastic.sh runs it): hvdrun against
 `horovodrun --gloo` elastic and torchrun (c10d rendezvous, --max-restarts), the same
-training loop (bench/elastic_train.py), on this machine with two "hosts": `localhost` and
-`127.0.0.1` (both are this machine to Horovod and hvdrun, which start them without ssh;
-torchrun gets one agent per host).
+training loop (bench/elastic_train.py), on one of two sets of hosts:
+
+  --hosts netns   the test hosts of tests/cluster/cluster.sh (network namespaces with their
+                  own sshd and address; --cluster DIR, --ns-prefix): 4 ranks on 3 hosts,
+                  h1:1 h2:1 h3:2, the one that is lost or added h3 (2 ranks). hvdrun and
+                  horovodrun run on a fourth host, h4 (no ranks), and reach the others over
+                  ssh; torchrun runs one agent on each host (in a UTS namespace of its own
+                  whose hostname is the host's name, as on a real cluster: torchrun hands
+                  its workers the rank 0 agent's hostname as MASTER_ADDR), its c10d store on h1.
+  --hosts local   this machine with two host names, localhost:2 and 127.0.0.1:2 (both this
+                  machine to Horovod and hvdrun, which start them without ssh; torchrun gets
+                  one agent per name), the one lost or added 127.0.0.1.
 
 Per tool and round, three measurements from the loop's log (one clock, this machine's):
-  lost    SIGKILL of every rank of host 127.0.0.1 (torchrun: its agent too) -> the first
+  lost    SIGKILL of every rank of the lost host (torchrun: its agent too) -> the first
           completed step at the new size; and whether the survivors kept their PIDs.
-  added   127.0.0.1 written into the discovery file (torchrun: its agent started) -> the
+  added   the host written into the discovery file (torchrun: its agent started) -> the
           first completed step at the larger size.
   commit  state.commit() with nothing changed, seconds per call (Horovod's API only).
 Prints one line per measurement and a table of medians with ratios against hvdrun.
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -28,14 +38,82 @@ from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "bench" / "elastic_train.py"
-A, B = "localhost", "127.0.0.1"
+KEEP: List[Path] = []  # --keep: where each launch's output and log are copied
+Hosts = List[Tuple[str, int]]
+
+
+class Layout:
+    """Where the ranks go: `full` (every host), `victim` (the host lost, or added to the
+    others), how a command runs on a host and where the launchers run."""
+
+    def __init__(self, full: Hosts, victim: str):
+        self.full, self.victim = full, victim
+        self.rest = [(h, n) for h, n in full if h != victim]
+        self.size = sum(n for _, n in full)
+        self.small = sum(n for _, n in self.rest)
+        self.launch_prefix: List[str] = []
+        self.launch_env: Dict[str, str] = {}
+        self.horovodrun_flags = ["--network-interface", "lo"]
+
+    def on_host(self, host: str) -> List[str]:
+        return []
+
+    def address(self, host: str) -> str:
+        return "127.0.0.1"
+
+    def clean(self) -> None:
+        """Ends whatever a finished launch left on the hosts."""
+
+
+class LocalLayout(Layout):
+    def __init__(self) -> None:
+        super().__init__([("localhost", 2), ("127.0.0.1", 2)], "127.0.0.1")
+
+
+class NetnsLayout(Layout):
+    def __init__(self, cluster: Path, ns_prefix: str):
+        super().__init__([("h1", 1), ("h2", 1), ("h3", 2)], "h3")
+        self.ns = {h: ns_prefix + h[1:] for h in ("h1", "h2", "h3", "h4")}
+        self.addr = dict(l.split() for l in (cluster / "hosts.txt").read_text().splitlines())
+        # The launchers on h4, as on a real cluster's login host: hvdrun finds the hosts'
+        # ssh config and key in HOME; horovodrun runs `ssh` from PATH (cluster's bin/ssh).
+        self.launch_prefix = ["ip", "netns", "exec", self.ns["h4"]]
+        self.launch_env = {"HOME": str(cluster / "home"),
+                           "PATH": f"{cluster / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.horovodrun_flags = ["--network-interface", "eth0"]
+
+    def on_host(self, host: str) -> List[str]:
+        return ["ip", "netns", "exec", self.ns[host], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', host]
+
+    def address(self, host: str) -> str:
+        return self.addr[host]
+
+    def clean(self) -> None:
+        # Everything but sshd on the hosts (a launcher torn down may leave its remote
+        # processes for a while), so that no run loads the next one.
+        for _ in range(50):
+            pids = []
+            for ns in self.ns.values():
+                got = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+                pids += [int(p) for p in got if Path(f"/proc/{p}/comm").exists()
+                         and Path(f"/proc/{p}/comm").read_text().strip() != "sshd"]
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
 
 
 class Run:
     """One launch of the training loop, its log, and the processes behind it."""
 
-    def __init__(self, tool: "Tool", work: Path, hosts: List[Tuple[str, int]], steps: int, extra: List[str]):
-        self.tool, self.work, self.log = tool, work, work / "log"
+    def __init__(self, tool: "Tool", layout: Layout, work: Path, hosts: Hosts, steps: int, extra: List[str]):
+        self.tool, self.layout, self.work, self.log = tool, layout, work, work / "log"
+        self.part = "commit" if extra else ("lost" if hosts == layout.full else "added")
         self.log.write_text("")
         self.hosts_file = work / "hosts"
         self.set_hosts(hosts)
@@ -43,7 +121,7 @@ class Run:
         self.train = [tool.python, str(TRAIN), "--record", str(self.log), "--steps", str(steps)] + extra
         self.out = open(work / "out", "w")
 
-    def set_hosts(self, hosts: List[Tuple[str, int]]) -> None:
+    def set_hosts(self, hosts: Hosts) -> None:
         tmp = self.hosts_file.with_suffix(".tmp")
         tmp.write_text("".join(f"{h}:{n}\n" for h, n in hosts))
         os.replace(tmp, self.hosts_file)
@@ -108,6 +186,11 @@ class Run:
                 except subprocess.TimeoutExpired:
                     pass
         self.out.close()
+        self.layout.clean()
+        if KEEP:
+            n = len(list(KEEP[0].glob("*.out")))
+            for f in ("out", "log"):
+                shutil.copy(self.work / f, KEEP[0] / f"{n:03d}-{self.tool.name}-{self.part}.{f}")
 
 
 class Tool:
@@ -116,7 +199,7 @@ class Tool:
     def __init__(self, python: str):
         self.python = python
 
-    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: List[Tuple[str, int]]) -> None:
+    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: Hosts) -> None:
         raise NotImplementedError
 
     def lose(self, run: Run, host: str) -> List[int]:
@@ -131,13 +214,17 @@ class HorovodLike(Tool):
         super().__init__(python)
         self.name, self.launcher = name, launcher
 
-    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: List[Tuple[str, int]]) -> None:
+    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: Hosts) -> None:
         disc = run.work / "discover.sh"
         disc.write_text(f"#!/bin/sh\ncat {run.hosts_file}\n")
         disc.chmod(0o755)
-        cmd = self.launcher + ["-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
-                               "--host-discovery-script", str(disc)] + run.train + ["--impl", "horovod"]
-        run.procs.append(subprocess.Popen(cmd, stdout=run.out, stderr=subprocess.STDOUT, start_new_session=True))
+        lay = run.layout
+        flags = lay.horovodrun_flags if self.name == "horovodrun" else []
+        cmd = lay.launch_prefix + self.launcher + flags + [
+            "-np", str(np), "--min-np", str(min_np), "--max-np", str(max_np),
+            "--host-discovery-script", str(disc)] + run.train + ["--impl", "horovod"]
+        run.procs.append(subprocess.Popen(cmd, stdout=run.out, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env=dict(os.environ, **lay.launch_env)))
 
 
 class Torchrun(Tool):
@@ -148,10 +235,15 @@ class Torchrun(Tool):
         self.port = port
         self.agents: Dict[str, subprocess.Popen] = {}
 
-    def agent(self, run: Run, host: str, slots: int, max_nodes: int) -> None:
-        env = dict(os.environ, HOROVOD_HOSTNAME=host)
-        cmd = [self.python, "-m", "torch.distributed.run", f"--nnodes=1:{max_nodes}", f"--nproc_per_node={slots}",
-               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{self.port}", f"--rdzv_id=bench{self.port}",
+    def agent(self, run: Run, host: str, slots: int) -> None:
+        lay = run.layout
+        # (GLOO_SOCKET_IFNAME: the workers' Gloo on the hosts' network, whatever the hostname says)
+        env = dict(os.environ, HOROVOD_HOSTNAME=host, **({"GLOO_SOCKET_IFNAME": "eth0"} if lay.on_host(host) else {}))
+        store = lay.address(lay.full[0][0])
+        nodes = f"--nnodes={len(lay.full) - 1}:{len(lay.full)}"
+        cmd = lay.on_host(host) + [
+               self.python, "-m", "torch.distributed.run", nodes, f"--nproc_per_node={slots}",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint={store}:{self.port}", f"--rdzv_id=bench{self.port}",
                "--max_restarts=5", "--monitor_interval=0.1", "--rdzv_conf=last_call_timeout=1",
                # Debian's torch 1.13 on Python 3.11 reads the default "0" of both as None
                # and fails (3.11 iterates only single-bit flags): 1 and 2 work on every version.
@@ -161,17 +253,23 @@ class Torchrun(Tool):
         self.agents[host] = p
         run.procs.append(p)
 
-    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: List[Tuple[str, int]]) -> None:
+    def start(self, run: Run, np: int, min_np: int, max_np: int, hosts: Hosts) -> None:
         self.port += 1
         self.agents = {}
         for i, (h, n) in enumerate(hosts):
-            self.agent(run, h, n, 2)
+            self.agent(run, h, n)
             if i == 0:  # the first host's agent holds the c10d store: the host that is never lost
-                run.wait_for(self.store_up, 60, "torchrun's c10d store")
+                run.wait_for(lambda: self.store_up(run.layout), 60, "torchrun's c10d store")
 
-    def store_up(self) -> Optional[bool]:
+    def store_up(self, lay: Layout) -> Optional[bool]:
+        # (from the store's host: this machine's namespace may have no route to it)
+        addr = lay.address(lay.full[0][0])
+        probe = [sys.executable, "-c", f"import socket; socket.create_connection(('{addr}', {self.port}), timeout=1)"]
+        if lay.on_host(lay.full[0][0]):
+            probe = ["ip", "netns", "exec", lay.ns[lay.full[0][0]]] + probe
+            return True if subprocess.run(probe, capture_output=True).returncode == 0 else None
         try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            socket.create_connection((addr, self.port), timeout=1).close()
             return True
         except OSError:
             return None
@@ -187,51 +285,58 @@ class Torchrun(Tool):
         return pids
 
 
-def measure_lost(tool: Tool, warm: int, deadline: float) -> Tuple[float, bool]:
+def survivor_pids(run: Run) -> set:
+    return {pid for h, _ in run.layout.rest for pid in run.ranks_of(h)}
+
+
+def measure_lost(tool: Tool, lay: Layout, warm: int, deadline: float) -> Tuple[float, bool]:
     with tempfile.TemporaryDirectory(prefix="hvd-elastic-") as d:
-        run = Run(tool, Path(d), [(A, 2), (B, 2)], 10**6, [])
-        tool.start(run, 4, 2, 4, [(A, 2), (B, 2)])
+        run = Run(tool, lay, Path(d), lay.full, 10**6, [])
+        tool.start(run, lay.size, lay.small, lay.size, lay.full)
         try:
-            run.wait_for(lambda: True if run.steps_at(4) >= warm else None, deadline, f"{warm} steps at size 4")
-            survivors = set(run.ranks_of(A))
+            run.wait_for(lambda: True if run.steps_at(lay.size) >= warm else None, deadline,
+                         f"{warm} steps at size {lay.size}")
+            survivors = survivor_pids(run)
             t_kill = time.time()
-            tool.lose(run, B)
-            run.set_hosts([(A, 2)])
-            t = run.wait_for(lambda: run.first_step_after(t_kill, 2), deadline, "a step at size 2 after the kill")
-            kept = set(run.ranks_of(A)) == survivors
-            return t - t_kill, kept
+            tool.lose(run, lay.victim)
+            run.set_hosts(lay.rest)
+            t = run.wait_for(lambda: run.first_step_after(t_kill, lay.small), deadline,
+                             f"a step at size {lay.small} after the kill")
+            return t - t_kill, survivor_pids(run) == survivors
         finally:
             run.finish(0)
 
 
-def measure_added(tool: Tool, warm: int, deadline: float) -> float:
+def measure_added(tool: Tool, lay: Layout, warm: int, deadline: float) -> float:
     with tempfile.TemporaryDirectory(prefix="hvd-elastic-") as d:
-        run = Run(tool, Path(d), [(A, 2)], 10**6, [])
-        tool.start(run, 2, 2, 4, [(A, 2)])
+        run = Run(tool, lay, Path(d), lay.rest, 10**6, [])
+        tool.start(run, lay.small, lay.small, lay.size, lay.rest)
         try:
-            run.wait_for(lambda: True if run.steps_at(2) >= warm else None, deadline, f"{warm} steps at size 2")
+            run.wait_for(lambda: True if run.steps_at(lay.small) >= warm else None, deadline,
+                         f"{warm} steps at size {lay.small}")
             t_add = time.time()
-            run.set_hosts([(A, 2), (B, 2)])
+            run.set_hosts(lay.full)
             if isinstance(tool, Torchrun):
-                tool.agent(run, B, 2, 2)
-            t = run.wait_for(lambda: run.first_step_after(t_add, 4), deadline, "a step at size 4 after the add")
+                tool.agent(run, lay.victim, dict(lay.full)[lay.victim])
+            t = run.wait_for(lambda: run.first_step_after(t_add, lay.size), deadline,
+                             f"a step at size {lay.size} after the add")
             return t - t_add
         finally:
             run.finish(0)
 
 
-def measure_commit(tool: Tool, calls: int, deadline: float) -> float:
+def measure_commit(tool: Tool, lay: Layout, calls: int, deadline: float) -> Tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="hvd-elastic-") as d:
-        run = Run(tool, Path(d), [(A, 2), (B, 2)], 10**6, ["--commit-cost", str(calls)])
-        tool.start(run, 4, 2, 4, [(A, 2), (B, 2)])
+        run = Run(tool, lay, Path(d), lay.full, 10**6, ["--commit-cost", str(calls)])
+        tool.start(run, lay.size, lay.small, lay.size, lay.full)
         try:
-            got = run.wait_for(lambda: (run.lines("commit") or [None])[0], deadline, "the commit figure")
-            return float(got[1])
+            got = run.wait_for(lambda: (run.lines("check") or [None])[0], deadline, "the commit figures")
+            return float(run.lines("commit")[0][1]), float(got[1])
         finally:
             run.finish(deadline)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hvdrun", required=True)
     ap.add_argument("--horovodrun", required=True)
@@ -245,17 +350,71 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=120)
     ap.add_argument("--tools", default="hvdrun,horovodrun,torchrun")
     ap.add_argument("--parts", default="lost,added,commit")
-    a = ap.parse_args()
+    ap.add_argument("--hosts", choices=("netns", "local"), default="local")
+    ap.add_argument("--cluster", type=Path, help="netns: the directory of `tests/cluster/cluster.sh up`")
+    ap.add_argument("--ns-prefix", default="hvdh", help="netns: the hosts' namespace names less their number")
+    ap.add_argument("--horovodrun-flags", default="", help="more flags for horovodrun (e.g. --verbose)")
+    ap.add_argument("--keep", type=Path, help="a directory: each launch's output and log copied there")
+    return ap.parse_args()
+
+
+def measure(tool: Tool, lay: Layout, part: str, a: argparse.Namespace, res: Dict[Tuple[str, str], List[float]],
+            kept_pids: Dict[str, List[bool]]) -> Tuple[float, str]:
+    """One measurement of `part`: its figure and the line that says it."""
+    if part == "lost":
+        secs, kept = measure_lost(tool, lay, a.warm, a.deadline)
+        kept_pids.setdefault(tool.name, []).append(kept)
+        return secs, f"{secs:.3f} s to the first step at size {lay.small}; survivors kept their PIDs: {kept}"
+    if part == "added":
+        secs = measure_added(tool, lay, a.warm, a.deadline)
+        return secs, f"{secs:.3f} s to the first step at size {lay.size}"
+    secs, check = measure_commit(tool, lay, a.commit_calls, a.deadline)
+    res.setdefault((tool.name, "check"), []).append(check)
+    return secs, f"{secs * 1e6:.1f} us per call; check_host_updates() alone {check * 1e6:.1f} us"
+
+
+def print_table(tools: List[Tool], parts: List[str], res: Dict[Tuple[str, str], List[float]],
+                failed: Dict[Tuple[str, str], int], kept_pids: Dict[str, List[bool]]) -> None:
+    if "commit" in parts:
+        parts.append("check")
+    print(f"\n{'':12}" + "".join(f"{p:>34}" for p in parts))
+    for tool in tools:
+        row = f"{tool.name:12}"
+        for p in parts:
+            v = res.get((tool.name, p))
+            fails = f" +{failed[(tool.name, p)]} failed" if (tool.name, p) in failed else ""
+            if not v:
+                row += f"{'-' + fails:>34}"
+                continue
+            us = p in ("commit", "check")
+            fmt = (lambda x: f"{x * 1e6:.0f}") if us else (lambda x: f"{x:.3f}")
+            base = res.get(("hvdrun", p))
+            ratio = f"; {statistics.median(v) / statistics.median(base):.2f}x" if base and tool.name != "hvdrun" else ""
+            cell = f"{fmt(statistics.median(v))} {'us' if us else 's'} ({fmt(min(v))}-{fmt(max(v))}{ratio}){fails}"
+            row += f"{cell:>34}"
+        print(row)
+    print("(medians, in brackets min-max and the tool's median over hvdrun's)")
+    if kept_pids:
+        print("survivors kept their PIDs: " + ", ".join(f"{t} {sum(v)} of {len(v)}" for t, v in kept_pids.items()))
+
+
+def main() -> int:
+    a = parse_args()
+    if a.keep:
+        a.keep.mkdir(parents=True, exist_ok=True)
+        KEEP.append(a.keep)
+    lay = NetnsLayout(a.cluster, a.ns_prefix) if a.hosts == "netns" else LocalLayout()
     tools: List[Tool] = []
     for name in a.tools.split(","):
         if name == "hvdrun":
             tools.append(HorovodLike("hvdrun", a.hvdrun_python, [a.hvdrun, "--horovod-compat"]))
         elif name == "horovodrun":
-            tools.append(HorovodLike("horovodrun", a.python, [a.horovodrun, "--gloo", "--network-interface", "lo"]))
+            tools.append(HorovodLike("horovodrun", a.python, [a.horovodrun, "--gloo"] + a.horovodrun_flags.split()))
         elif name == "torchrun":
             tools.append(Torchrun(a.python, 29500 + os.getpid() % 1000))
     res: Dict[Tuple[str, str], List[float]] = {}
     failed: Dict[Tuple[str, str], int] = {}
+    kept_pids: Dict[str, List[bool]] = {}
     parts = a.parts.split(",")
     for r in range(a.rounds):
         for tool in tools:  # the tools alternate within each round
@@ -263,36 +422,14 @@ def main() -> int:
                 if part == "commit" and isinstance(tool, Torchrun):
                     continue  # (no elastic API: nothing to commit)
                 try:
-                    if part == "lost":
-                        secs, kept = measure_lost(tool, a.warm, a.deadline)
-                        line = f"{secs:.3f} s to the first step at size 2; survivors kept their PIDs: {kept}"
-                    elif part == "added":
-                        secs = measure_added(tool, a.warm, a.deadline)
-                        line = f"{secs:.3f} s to the first step at size 4"
-                    else:
-                        secs = measure_commit(tool, a.commit_calls, a.deadline)
-                        line = f"{secs * 1e6:.1f} us per call"
+                    secs, line = measure(tool, lay, part, a, res, kept_pids)
                 except RuntimeError as e:  # the tool failed: said, and counted as such
                     failed[(tool.name, part)] = failed.get((tool.name, part), 0) + 1
                     print(f"round {r} {tool.name} {part}: FAILED: {str(e).splitlines()[0]}", flush=True)
                     continue
                 res.setdefault((tool.name, part), []).append(secs)
                 print(f"round {r} {tool.name} {part}: {line}", flush=True)
-    print(f"\n{'':12}" + "".join(f"{p:>24}" for p in parts))
-    for tool in tools:
-        row = f"{tool.name:12}"
-        for p in parts:
-            v = res.get((tool.name, p))
-            if not v:
-                row += f"{'-' + (f' ({failed[(tool.name, p)]} failed)' if (tool.name, p) in failed else ''):>24}"
-                continue
-            med = statistics.median(v)
-            base = res.get(("hvdrun", p))
-            ratio = f" ({med / statistics.median(base):.2f}x)" if base and tool.name != "hvdrun" else ""
-            fails = f" +{failed[(tool.name, p)]} failed" if (tool.name, p) in failed else ""
-            row += f"{(f'{med * 1e6:.0f} us' if p == 'commit' else f'{med:.3f} s') + ratio + fails:>24}"
-        print(row)
-    print("(medians; in brackets: the tool's time over hvdrun's)")
+    print_table(tools, parts, res, failed, kept_pids)
     return 0
 
 

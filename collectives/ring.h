@@ -50,9 +50,6 @@ class Ring : public RingComm {
   // cannot map it, no rank uses it (the ring carries everything) and `why` says why; the
   // result says whether it is attached. An error: the ring itself failed.
   Result<bool> attach_group(const std::string& host, size_t max_bytes, std::string* why);
-  // The engine's exchange: through the segment once attached (where every rank's ring is
-  // shared memory too, so that the idle wait can watch both), the ring otherwise.
-  Status allgather_bytes(std::vector<std::string>* all) override;
 
   // Errors are kMismatch, kTimeout, kPeerLost or kInternal (common/result.h).
   Status allreduce(const void* send, void* recv, size_t count, hvd_dtype_t dtype, hvd_op_t op);
@@ -94,7 +91,6 @@ class Ring : public RingComm {
   Status hierarchical_allgather(const void* send, void* recv, size_t count, hvd_dtype_t dtype);
   Status group_allreduce(const Header& h, const char* in, char* out, size_t count, hvd_dtype_t dtype, hvd_op_t op);
   Status group_barrier();
-  Status group_allgather_bytes(std::vector<std::string>* all);
 
   std::vector<char> scratch_;
   std::unique_ptr<Ring> local_, cross_;

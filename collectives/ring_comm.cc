@@ -127,7 +127,6 @@ Status RingComm::allgather_bytes(std::vector<std::string>* all) {
 }
 
 bool RingComm::left_readable() {
-  if (exchange_group_ && exchange_group_->peer_ahead()) return true;
   if (!left_.valid()) return false;
   if (auto* shm = left_.shm()) {
     if (shm->readable()) return true;
@@ -163,17 +162,13 @@ void RingComm::wait_on_left(int wake_fd, std::atomic<uint32_t>* wake, uint32_t s
     return;
   }
   const int slice_ms = timeout_ms < 0 ? 20 : std::min(timeout_ms, 20);
-  transport::ShmChannel::Wait w[3];
+  transport::ShmChannel::Wait w[2];
   w[0] = watcher ? shm->prepare_watch() : shm->prepare_read_wait();
   w[1] = {wake, seen};
-  if (exchange_group_) w[2] = exchange_group_->prepare_watch();
   // The watcher looks at closing_ again: an interrupt() before prepare_watch() read the
   // word would be missed.
   bool ready = watcher ? closing_ || shm->has_data() : shm->readable();
-  ready = ready || (exchange_group_ && exchange_group_->peer_ahead());
-  if (!ready && wake->load() == seen)
-    transport::futex_wait_any(w, exchange_group_ ? 3 : 2, static_cast<long>(slice_ms) * 1000000);
-  if (exchange_group_) exchange_group_->end_watch();
+  if (!ready && wake->load() == seen) transport::futex_wait_any(w, 2, static_cast<long>(slice_ms) * 1000000);
   if (watcher)
     shm->end_watch();
   else

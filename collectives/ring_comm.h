@@ -18,7 +18,6 @@
 #include "common/tunables.h"
 #include "hvdrun/hvdrun.h"
 #include "transport/pair.h"
-#include "transport/shm_group.h"
 
 namespace hvdrun {
 
@@ -46,12 +45,9 @@ class RingComm {
   // caller puts its own at (*all)[rank] (all->size() == size), and finds rank r's at
   // (*all)[r], room included. The strings keep their capacity from call to call.
   static constexpr size_t kFrameBytes = 8;
-  // (Ring: through the host's shared segment when it has one, see ring_group.cc.)
-  virtual Status allgather_bytes(std::vector<std::string>* all);
+  Status allgather_bytes(std::vector<std::string>* all);
   // The engine's idle wait: a peer that starts the next cycle sends to its right, so this
-  // rank's left pair has data (over TCP or shared memory), or its connection ended; or,
-  // where the negotiation goes through the host's shared segment (exchange_group_), the
-  // peer has arrived at its barrier.
+  // rank's left pair has data (over TCP or shared memory), or its connection ended.
   bool left_readable();
   // Blocks until left_readable(), `wake_fd` is readable, *wake moved from `seen`, or
   // timeout_ms passes (-1: no limit). Over shared memory it waits on the ring's futex and
@@ -103,9 +99,6 @@ class RingComm {
   uint64_t seq_ = 0;
   bool broken_ = false;
   std::string broken_reason_;
-  // Set once (Ring::attach_group, before any cycle) where allgather_bytes goes through the
-  // host's shared segment: the idle wait watches its arrivals too.
-  transport::ShmGroup* exchange_group_ = nullptr;
 
  private:
   std::mutex watch_mu_;  // held by watch_left() while it looks at left_; close() takes it

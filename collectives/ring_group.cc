@@ -55,60 +55,7 @@ Result<bool> Ring::attach_group(const std::string& host, size_t max_bytes, std::
   g->release_memfd();
   group_ = std::make_unique<transport::ShmGroup>(std::move(*g));
   group_max_bytes_ = max_bytes;
-  int32_t shm_ring = left_.shm() ? 1 : 0;  // the idle wait can watch the segment beside the ring
-  if (auto s = allreduce(&shm_ring, &shm_ring, 1, HVD_INT32, HVD_OP_MIN); !s) return s.error();
-  if (shm_ring) exchange_group_ = group_.get();
   return true;
-}
-
-Status Ring::allgather_bytes(std::vector<std::string>* all) {
-  return exchange_group_ ? group_allgather_bytes(all) : RingComm::allgather_bytes(all);
-}
-
-namespace {
-constexpr uint64_t kExchangeMagic = 0x68766478636867ull;  // "hvdxchg": the note of an exchange
-struct ExchangeNote {
-  uint64_t magic, bytes;
-};
-}  // namespace
-
-// Every rank writes its message's length in its note and, when it fits, the message in its
-// slot; one barrier; every rank reads the others'. The last rank to arrive wakes all the
-// others at once, where the ring hands its message from neighbour to neighbour (n-1
-// wake-ups one after the other: under load the ranks left a collective in ring order, ms
-// apart). A message too big for a slot: every rank sees it in the notes and the ring
-// carries them all.
-Status Ring::group_allgather_bytes(std::vector<std::string>* all) {
-  if (broken_) return broken_error();
-  if (all->size() != static_cast<size_t>(size_) || (*all)[rank_].size() < kFrameBytes)
-    return make_error(ErrorKind::kInternal, "internal: allgather_bytes needs one framed string per rank");
-  transport::ShmGroup& g = *group_;
-  const unsigned set = group_calls_++ & 1u;
-  const std::string& mine = (*all)[rank_];
-  const ExchangeNote note{kExchangeMagic, mine.size() - kFrameBytes};
-  std::memcpy(g.note(set, rank_), &note, sizeof note);
-  if (note.bytes <= g.slot_bytes()) std::memcpy(g.slot(set, rank_), mine.data() + kFrameBytes, note.bytes);
-  if (auto s = group_barrier(); !s) return s;
-  bool fit = true;
-  for (int r = 0; r < size_; ++r) {
-    ExchangeNote theirs;
-    std::memcpy(&theirs, g.note(set, r), sizeof theirs);
-    if (theirs.magic != kExchangeMagic)
-      return fail(make_error(ErrorKind::kMismatch, "rank " + std::to_string(rank_) +
-                                                       " exchanged negotiation messages but rank " + std::to_string(r) +
-                                                       " called another collective"));
-    fit = fit && theirs.bytes <= g.slot_bytes();
-  }
-  if (!fit) return RingComm::allgather_bytes(all);
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    ExchangeNote theirs;
-    std::memcpy(&theirs, g.note(set, r), sizeof theirs);
-    std::string& in = (*all)[r];
-    in.resize(kFrameBytes + theirs.bytes);
-    std::memcpy(in.data() + kFrameBytes, g.slot(set, r), theirs.bytes);
-  }
-  return {};
 }
 
 Status Ring::group_barrier() {

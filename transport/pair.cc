@@ -18,7 +18,6 @@
 #include "common/socket_io.h"
 #include "common/auth.h"
 #include "transport/socket_util.h"
-#include "transport/spin.h"
 
 namespace hvdrun::transport {
 namespace {
@@ -271,7 +270,6 @@ class Transfer {
   const TransferSpec& s_;
   const double timeout_s_;
   const bool spin_yields_;
-  bool contended_ = false;  // a yield of the spin ran another task: no more spinning
   const std::chrono::microseconds spin_;
   const Clock::duration timeout_;
   ShmChannel* const in_shm_;
@@ -305,13 +303,12 @@ Status Transfer::run() {
       last_progress_ = now;
       continue;
     }
-    if (now - last_progress_ < spin_ && !contended_) {
+    if (now - last_progress_ < spin_) {
       // A bounded spin before blocking. Unless this rank has a core of its own, the spin
       // yields the core at each turn (as Open MPI does when oversubscribed): when the peer
       // waits for a core (more ranks or other work than cores) it runs instead of us
-      // burning its time slice; and once a yield ran another task, the transfer sleeps
-      // instead (transport/spin.h).
-      if (spin_yields_) contended_ = yield_lost_core();
+      // burning its time slice.
+      if (spin_yields_) sched_yield();
       continue;
     }
     if (now - last_progress_ > timeout_) return timed_out();

@@ -346,9 +346,8 @@ void futex_wait_any(const ShmChannel::Wait* waits, int n, long timeout_ns) {
     ts.tv_sec++;
     ts.tv_nsec -= 1000000000;
   }
-  WaitV v[3];
-  n = std::min(n, 3);
-  for (int i = 0; i < n; ++i)
+  WaitV v[2];
+  for (int i = 0; i < n && i < 2; ++i)
     v[i] = {waits[i].value, reinterpret_cast<uint64_t>(waits[i].word), kFutex2SizeU32, 0};
   if (syscall(SYS_futex_waitv, v, n, 0, &ts, CLOCK_MONOTONIC) == -1 && errno == ENOSYS) {
     // Kernels before 5.16: wait on the first word only, in short slices.

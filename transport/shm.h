@@ -144,7 +144,7 @@ class ShmChannel {
 };
 
 // Blocks until one of the words changes from its value (a wake), `timeout_ns` passes, or a
-// signal: futex_waitv over up to three words of shared (not process-private) memory.
+// signal: futex_waitv over up to two words of shared (not process-private) memory.
 void futex_wait_any(const ShmChannel::Wait* waits, int n, long timeout_ns);
 
 }  // namespace hvdrun::transport

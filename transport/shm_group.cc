@@ -13,7 +13,6 @@
 #include <cstring>
 
 #include "common/auth.h"
-#include "transport/spin.h"
 
 namespace hvdrun::transport {
 
@@ -227,12 +226,11 @@ Status ShmGroup::barrier(double timeout_s, int spin_us, bool spin_yields) {
   const auto spin = std::chrono::microseconds(spin_us);
   const auto timeout = std::chrono::duration<double>(timeout_s);
   int missing = -1;
-  bool contended = false;  // a yield ran another task: sleep from now on (transport/spin.h)
   for (;;) {
     if (all_arrived(epoch, &missing)) return {};
     auto now = Clock::now();
-    if (now - start < spin && !contended && !h->closed_by.load(std::memory_order_relaxed)) {
-      if (spin_yields) contended = yield_lost_core();
+    if (now - start < spin && !h->closed_by.load(std::memory_order_relaxed)) {
+      if (spin_yields) sched_yield();
       continue;
     }
     // A failure seen only now may come from a rank that arrived, passed and then failed
@@ -258,24 +256,6 @@ Status ShmGroup::barrier(double timeout_s, int spin_us, bool spin_yields) {
     h->waiters.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
-
-bool ShmGroup::peer_ahead() const {
-  const uint64_t mine = member(rank_)->arrived.load(std::memory_order_acquire);
-  for (int r = 0; r < size_; ++r)
-    if (r != rank_ && member(r)->arrived.load(std::memory_order_acquire) > mine) return true;
-  return false;
-}
-
-// Counted as a waiter before the caller looks again (peer_ahead()): an arrival after that
-// look sees the count and bumps gen (barrier()'s Dekker pair).
-ShmChannel::Wait ShmGroup::prepare_watch() {
-  auto* h = reinterpret_cast<Header*>(base_);
-  h->waiters.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  return {&h->gen, h->gen.load(std::memory_order_seq_cst)};
-}
-
-void ShmGroup::end_watch() { reinterpret_cast<Header*>(base_)->waiters.fetch_sub(1, std::memory_order_seq_cst); }
 
 void ShmGroup::close(const std::string& reason) {
   if (!base_) return;

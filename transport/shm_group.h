@@ -24,7 +24,6 @@
 
 #include "common/result.h"
 #include "common/unique_fd.h"
-#include "transport/shm.h"
 
 namespace hvdrun::transport {
 
@@ -69,14 +68,6 @@ class ShmGroup {
   // exited, or closed the group) or kTimeout (it did not arrive within timeout_s), with
   // peer_rank set. spin_yields: sched_yield() at each turn of the spin.
   Status barrier(double timeout_s, int spin_us, bool spin_yields);
-
-  // The engine's idle wait (collectives/ring_comm.cc): whether a peer has arrived at a
-  // barrier this rank has not reached yet (it began a collective that needs this rank), and
-  // the futex word an arrival bumps while a watcher is counted (prepare_watch(), then
-  // peer_ahead() once more, then futex-wait, then end_watch()). Safe from any thread.
-  bool peer_ahead() const;
-  ShmChannel::Wait prepare_watch();
-  void end_watch();
 
   // Marks the group closed (with why: the peers name it), and wakes every waiter. Safe from
   // another thread than the one in barrier(); the memory stays mapped until destruction.

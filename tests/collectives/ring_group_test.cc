@@ -3,10 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <chrono>
-#include <thread>
-
 #include "ring_fixture.h"
 
 namespace hvdrun {
@@ -28,49 +24,6 @@ TEST(Ring, AJobOfOneAttachesNoSegment) {
   ASSERT_TRUE(attached.ok());
   EXPECT_FALSE(*attached);
   EXPECT_EQ(why, "untouched");
-}
-
-// Once the segment is attached, the engine's exchange goes through it (every rank's
-// message, those larger than a slot through the ring) and a rank idle between cycles sees a
-// peer that began one even when that peer is not its left neighbour (the ring would tell
-// only rank 2): the engine's idle wait joins the cycle.
-TEST(Ring, TheExchangeGoesThroughTheSegmentAndAnIdleRankSeesAPeerBeginIt) {
-  const int n = 3;
-  RingOptions o;
-  o.timeout_s = 20;
-  auto rings = make_rings(n, o, "group");
-  for (auto& r : rings) ASSERT_TRUE(r);
-  const size_t big = (size_t{64} << 10) + 1000;  // past a slot (64 KiB here): the ring carries it
-  std::atomic<bool> seen{false};
-  auto errors = on_all(n, [&](int r) -> std::string {
-    for (size_t len : {size_t{0}, size_t{100}, big}) {
-      if (r != 1 && len == 100) {  // rank 1 begins this exchange; rank 0 sees it
-        if (r == 0) {
-          for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-               !rings[0]->left_readable() && std::chrono::steady_clock::now() < until;)
-            std::this_thread::yield();
-          seen = rings[0]->left_readable();
-        }
-        for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-             r == 2 && !seen && std::chrono::steady_clock::now() < until;)
-          std::this_thread::yield();
-      }
-      std::vector<std::string> all(n);
-      all[r].assign(Ring::kFrameBytes, '\0');
-      for (size_t i = 0; i < len + r; ++i) all[r].push_back(static_cast<char>('a' + (i * 7 + r) % 26));
-      if (auto s = rings[r]->allgather_bytes(&all); !s) return std::to_string(len) + " bytes: " + s.error().message;
-      for (int p = 0; p < n; ++p) {
-        if (all[p].size() != Ring::kFrameBytes + len + p) return "wrong length from rank " + std::to_string(p);
-        for (size_t i = 0; i < len + p; ++i)
-          if (all[p][Ring::kFrameBytes + i] != static_cast<char>('a' + (i * 7 + p) % 26))
-            return "wrong byte " + std::to_string(i) + " from rank " + std::to_string(p);
-      }
-    }
-    return "";
-  });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  EXPECT_TRUE(seen) << "rank 0 did not see rank 1 begin the exchange";
-  EXPECT_FALSE(rings[0]->left_readable());  // every rank has taken part: nothing pending
 }
 
 // A rank that closes its ring closes its side of the segment too: the others' next

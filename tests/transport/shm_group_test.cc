@@ -3,13 +3,10 @@
 // the group or never comes.
 #include "transport/shm_group.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -95,51 +92,6 @@ TEST(ShmGroup, RanksSeeEachOthersSlotsAfterEachBarrier) {
     ASSERT_TRUE(grp.g.barrier(20, 0, true).ok());
   }
   for (size_t i = 0; i < grp.kids.size(); ++i) EXPECT_EQ(grp.reap(i), 0) << "rank " << i + 1;
-}
-
-// Pins the calling thread to `cpu`.
-void pin_to(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
-}
-
-// A waiter on a contended core (a busy thread pinned beside it) stops spinning at its first
-// yield that ran the busy thread and sleeps in the futex, long before its spin (100 s) is
-// over: woken by the arrival it runs ahead of the busy thread, where a spinner would get
-// its turn behind it (transport/spin.h). Both ranks are in this process.
-TEST(ShmGroup, AWaiterOnAContendedCoreSleepsInsteadOfSpinning) {
-  auto g0 = ShmGroup::create(2, 4096, "h");
-  ASSERT_TRUE(g0.ok()) << g0.error().message;
-  auto g1 = ShmGroup::open(getpid(), g0->memfd(), g0->token(), 1, 2, "h");
-  ASSERT_TRUE(g1.ok()) << g1.error().message;
-  cpu_set_t ours;
-  CPU_ZERO(&ours);
-  ASSERT_EQ(sched_getaffinity(0, sizeof ours, &ours), 0);
-  int cpu = 0;
-  while (!CPU_ISSET(cpu, &ours)) ++cpu;
-  std::atomic<bool> stop{false};
-  std::atomic<pid_t> waiter_tid{0};
-  Status waited;
-  std::thread busy([&] {
-    pin_to(cpu);
-    while (!stop.load(std::memory_order_relaxed)) {
-    }
-  });
-  std::thread waiter([&] {
-    pin_to(cpu);
-    waiter_tid = test_threads::this_thread_id();
-    waited = g0->barrier(60, 100'000'000, /*spin_yields=*/true);
-  });
-  for (auto until = Clock::now() + std::chrono::seconds(10); !waiter_tid && Clock::now() < until;) std::this_thread::yield();
-  const bool slept = waiter_tid && test_threads::wait_blocked_in(getpid(), waiter_tid, test_threads::kFutexWait, 10);
-  stop = true;
-  busy.join();
-  EXPECT_TRUE(g1->barrier(60, 0, true).ok());  // the arrival that frees the waiter
-  waiter.join();
-  EXPECT_TRUE(slept) << "the waiter kept spinning beside a busy thread";
-  EXPECT_TRUE(waited.ok()) << waited.error().message;
 }
 
 TEST(ShmGroup, AKilledPeerIsNamedAtOnce) {

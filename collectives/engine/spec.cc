@@ -40,8 +40,13 @@ bool has_zero_dim(const Spec& s) {
 }
 
 std::string shapes_label(const Spec& s, bool skip_first) {
-  if (s.shapes.empty() || !shapes_well_formed(s)) return "unknown";
   std::string out;
+  if (s.shapes.empty()) {  // a call described by no shapes holds tensors of one dimension: [count]
+    for (size_t k = 0; k < s.counts.size(); ++k)
+      out += (k ? " [" : "[") + (skip_first ? std::string() : std::to_string(s.counts[k])) + "]";
+    return out;
+  }
+  if (!shapes_well_formed(s)) return "unknown";
   for (size_t at = 0; at < s.shapes.size();) {
     const size_t nd = static_cast<size_t>(s.shapes[at]);
     out += (at ? " [" : "[");

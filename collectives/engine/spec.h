@@ -57,7 +57,8 @@ bool shapes_well_formed(const Spec& s);
 // Whether one of s's tensors has no dimension (a 0-d tensor: shape []).
 bool has_zero_dim(const Spec& s);
 // s.shapes as "[17,1311]" ("[2,3] [4]" for a group), without each first dimension when
-// `skip_first` (the row-shaped kinds, whose first dimensions differ); "unknown" when not given.
+// `skip_first` (the row-shaped kinds, whose first dimensions differ); a call described by no
+// shapes holds one-dimensional tensors: "[count]", or "[]" past the first dimension.
 std::string shapes_label(const Spec& s, bool skip_first);
 
 // The reduction a spec's data goes through on the wire: an average reduces as a sum (the

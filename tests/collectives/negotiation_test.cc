@@ -100,6 +100,21 @@ TEST(Negotiation, RowShapedKindsCompareEveryDimensionButTheFirst) {
 
 // Horovod's controller refuses an allgather of a 0-d tensor on every rank, whether one rank
 // or all gave one; the others' one-dimensional tensors carry no shapes.
+// A 1-D tensor (its call described by no shapes) against a 2-D one: the message names both.
+TEST(Negotiation, ARowShapedMismatchWithAOneDimensionalTensorNamesBothShapes) {
+  Cluster c(2);
+  for (int r = 0; r < 2; ++r) c.msgs[r].specs = {of_kind("g", OpKind::kAllgatherv)};
+  c.msgs[0].specs[0].row_elems = 1;
+  c.msgs[1].specs[0].row_elems = 3;
+  c.msgs[1].specs[0].shapes = {2, 2, 3};
+  c.msgs[1].specs[0].counts = {6};
+  auto out = c.cycle();
+  ASSERT_EQ(out.responses.size(), 1u);
+  ASSERT_FALSE(out.responses[0].status);
+  EXPECT_EQ(out.responses[0].status.error().message.rfind("allgather 'g': mismatched tensor shapes: [] on rank 0; [3] on rank 1", 0), 0u)
+      << out.responses[0].status.error().message;
+}
+
 TEST(Negotiation, AnAllgatherOfAZeroDimensionalTensorFailsOnEveryRank) {
   Cluster c(3);
   for (int r = 0; r < 3; ++r) {

@@ -41,6 +41,9 @@ def shapes_are_negotiated_not_only_counts():
     g = torch.ones(2, 6) if r == 1 else torch.ones(2, 3, 2)
     fails_everywhere(lambda: hvd.allgather(g, name="gshape"), "mismatched tensor shapes: [3,2] on ranks 0,2; [6] on rank 1")
     fails_everywhere(lambda: hvd.broadcast(torch.ones(4, 1 + r), 0, name="bshape"), "mismatched tensor shapes")
+    # A 1-D tensor (whose call carries no shapes) is named by its shape too, not "unknown".
+    v = torch.ones(3) if r == 0 else torch.ones(3, 2)
+    fails_everywhere(lambda: hvd.allgather(v, name="g1shape"), "mismatched tensor shapes: [] on rank 0; [2] on ranks 1,2")
     # A 0-d tensor is not a [1] one (the same count): Horovod's shapes [] and [1] differ.
     scalar = torch.tensor(1.0) if r == 0 else torch.ones(1)
     fails_everywhere(lambda: hvd.allreduce(scalar, name="zshape"), "mismatched tensor shapes: [] on rank 0; [1] on ranks 1,2")

@@ -23,6 +23,7 @@ struct ElasticDriver::Proc {
   pid_t pid = -1;
   int rank = -1;  // in the current round; -1: not in it (removed, killed, ended)
   int tag = 0;    // the rank its output is tagged with (its latest)
+  int round = 0;  // the round it was spawned into
   bool exited = false;
   int status = 0;
   bool left = false;    // left the rendezvous without hvd_shutdown
@@ -121,6 +122,7 @@ bool ElasticDriver::step() {
 // there yet would read as "removed".
 void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& change) {
   ++round_no_;
+  if (round_no_ == 1 || change.ended_round != 0) settled_round_ = round_no_;  // every worker joins it
   StoreEntries keys = round_keys(round_no_, next);
   if (round_no_ > 1) keys.push_back(update_entry(++update_seq_, change));
   const size_t slot_keys = keys.size() - (round_no_ > 1 ? 2 : 1);  // before the round's key and the update
@@ -152,6 +154,7 @@ void ElasticDriver::spawn(const ElasticSlot& slot, const RankInfo& rank) {
   p->slot = slot;
   p->pid = spawned->pid;
   p->rank = p->tag = rank.rank;
+  p->round = round_no_;
   p->pipes[0] = std::move(spawned->out);
   p->pipes[1] = std::move(spawned->err);
   procs_.push_back(std::move(p));
@@ -202,6 +205,7 @@ void ElasticDriver::take_left() {
       line_->seconds = io_.runner.now() - line_cause_at_;
       say_reset_line("");
     }
+  for (auto [round, commit] : commits) settled_round_ = std::max(settled_round_, round);
   for (const auto& l : left)
     if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
       if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
@@ -281,7 +285,7 @@ bool ElasticDriver::hosts_changed() const {
 RoundState ElasticDriver::round_state() const {
   RoundState s;
   for (const auto& slot : round_.slots)
-    if (Proc* p = proc_of(slot)) s.workers[slot.host].push_back(p->end());
+    if (Proc* p = proc_of(slot)) (p->round > settled_round_ ? s.joining : s.workers)[slot.host].push_back(p->end());
   s.hosts_changed = !waiting_ && hosts_changed();
   s.resets = resets_;
   s.reset_limit = opts_.reset_limit;
@@ -294,7 +298,8 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   switch (v.action) {
     case RoundVerdict::kSucceeded:
       ending_ = true;
-      for (auto& p : procs_)  // slots removed but not yet gone
+      say_joining_stopped();
+      for (auto& p : procs_)  // slots removed but not yet gone, and the joining workers
         if (!p->group_gone) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
       kill_at_ = io_.runner.now() + kill_grace_;
       return true;
@@ -306,8 +311,23 @@ bool ElasticDriver::act(const RoundVerdict& v) {
     case RoundVerdict::kGoOn:
       if (waiting_) try_round();
       return false;
+    case RoundVerdict::kFinishing:  // no new round: the others of the finished one end
+      return false;
   }
   return false;
+}
+
+// The workers finished before the round that added hosts formed: its joining workers are
+// stopped (they would wait for the finished ones in hvd_init until the start time-out).
+void ElasticDriver::say_joining_stopped() {
+  std::string ranks;
+  for (const auto& p : procs_)
+    if (p->rank >= 0 && !p->exited && p->round > settled_round_)
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
+  if (ranks.empty()) return;
+  say_reset_line("no commit reported before the job's end");
+  io_.sink.notice("hvdrun: elastic: the workers finished before round " + std::to_string(round_no_) +
+                  " formed; its joining rank(s) " + ranks + " stopped");
 }
 
 // The failed hosts blacklisted and their other workers killed; the next round as soon as

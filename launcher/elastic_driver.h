@@ -84,6 +84,7 @@ class ElasticDriver {
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
+  void say_joining_stopped();
   bool reset(const RoundVerdict& v);
   void kill_host(const std::string& host, std::string& killed);
   void try_round();
@@ -104,6 +105,10 @@ class ElasticDriver {
   std::vector<std::unique_ptr<Proc>> procs_;
   ElasticRound round_;
   int round_no_ = 0;
+  // The newest round every worker of which joins (round 1, one that ended the round before,
+  // one whose rank 0 reported its commit): a worker spawned into a later one is joining
+  // (RoundState::joining), and workers that finish before it forms never join it.
+  int settled_round_ = 0;
   long long update_seq_ = 0;
   int resets_ = 0;
   std::optional<double> next_discovery_, waiting_since_, kill_at_, cause_at_;

@@ -146,6 +146,7 @@ void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& cha
 
 void ElasticDriver::spawn(const ElasticSlot& slot, const RankInfo& rank) {
   SpawnRequest req = io_.launch(rank, round_no_, slot);
+  req.host = slot.host;
   auto spawned = io_.runner.spawn(req);
   if (!spawned)
     return fail("hvdrun: rank " + std::to_string(rank.rank) + " (host " + slot.host + "): " + spawned.error().message,

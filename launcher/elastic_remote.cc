@@ -31,18 +31,6 @@ struct ElasticAgents::Worker {
   bool ended = false;
 };
 
-namespace {
-
-// The host of a worker's request: its slot's, HVDRUN_ELASTIC_SLOT=<host>:<index>.
-std::string host_of(const SpawnRequest& req) {
-  static const std::string kVar = "HVDRUN_ELASTIC_SLOT=";
-  for (const auto& kv : req.env)
-    if (kv.compare(0, kVar.size(), kVar) == 0) return kv.substr(kVar.size(), kv.rfind(':') - kVar.size());
-  return "";
-}
-
-}  // namespace
-
 ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout)
     : local_(system_process_runner()), opener_(std::move(opener)), sink_(sink), heartbeat_timeout_(heartbeat_timeout) {
   int p[2];
@@ -210,7 +198,7 @@ void ElasticAgents::drop(Session& s, const std::string& why) {
 }
 
 Result<SpawnedWorker> ElasticAgents::spawn(const SpawnRequest& req) {
-  std::string host = host_of(req);
+  const std::string& host = req.host;
   if (host.empty() || !remote(host)) return local_.spawn(req);
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return make_error(ErrorKind::kLaunchFailed, "pipe2 failed");

@@ -1,5 +1,5 @@
 // hvdrun's side of an elastic job's remote hosts (docs/ELASTIC.md): the driver's
-// ProcessRunner and ElasticHosts in one. A worker whose slot (HVDRUN_ELASTIC_SLOT) is on
+// ProcessRunner and ElasticHosts in one. A worker whose request's host (its slot's) is
 // this machine is this machine's process; one on another host is spawned by that host's
 // agent (kSpawn), its "pid" an id above any real pid (kFirstRemoteId), its signals sent as
 // kKill, its output written into pipes the driver reads as a local worker's, its end

@@ -67,6 +67,7 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   EXPECT_FALSE(agents.remote("localhost"));
 
   SpawnRequest req;
+  req.host = "node-x";  // through its agent
   req.argv = {"sh", "-c", "echo out; echo err >&2; exit 5"};
   req.env = env;
   auto w = agents.spawn(req);

@@ -28,7 +28,6 @@ struct ElasticAgents::Worker {
   std::string host;
   UniqueFd pipes[2];        // the write ends of the pipes the driver reads (non-blocking)
   std::string pending[2];   // output waiting for room there
-  bool ended = false;
 };
 
 ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout)
@@ -171,28 +170,22 @@ void ElasticAgents::ended(pid_t id, int status) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = workers_.find(id);
-    if (it == workers_.end() || it->second->ended) return;
-    it->second->ended = true;
-    for (int k = 0; k < 2; ++k) {
-      write_output(*it->second, k, "");  // (what the pipe cannot take now is lost)
-      it->second->pipes[k].reset();
-    }
+    if (it == workers_.end()) return;
+    for (int k = 0; k < 2; ++k) write_output(*it->second, k, "");  // (what the pipe cannot take now is lost)
+    workers_.erase(it);  // its pipes closed: the driver reads to EOF
     reaped_.emplace_back(id, status);
   }
   wake();
 }
 
-// The host's link is gone: its workers' pipes closed (the driver, told by liveness(), counts
-// them as killed: no end of theirs will come).
+// The host's link is gone: its workers forgotten, their pipes closed (the driver, told by
+// liveness(), counts them as killed: no end of theirs will come).
 void ElasticAgents::drop(Session& s, const std::string& why) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!s.dropped) s.dropped = why;
-    for (auto& [id, w] : workers_)
-      if (w->host == s.remote->host() && !w->ended) {
-        w->ended = true;
-        for (auto& p : w->pipes) p.reset();
-      }
+    for (auto it = workers_.begin(); it != workers_.end();)
+      it = it->second->host == s.remote->host() ? workers_.erase(it) : std::next(it);
   }
   wake();
 }
@@ -217,12 +210,8 @@ Result<SpawnedWorker> ElasticAgents::spawn(const SpawnRequest& req) {
   std::lock_guard<std::mutex> lk(mu_);
   sw.pid = next_id_++;
   auto it = sessions_.find(host);
-  if (it == sessions_.end() || it->second->dropped) {
-    w->ended = true;  // no agent: the driver finds the host lost
-    for (auto& p : w->pipes) p.reset();
-  } else {
-    it->second->out += agentwire::encode(Type::kSpawn, encode_spawn({sw.pid, req.argv, req.env}));
-  }
+  if (it == sessions_.end() || it->second->dropped) return sw;  // no agent: the driver finds the host lost
+  it->second->out += agentwire::encode(Type::kSpawn, encode_spawn({sw.pid, req.argv, req.env}));
   workers_[sw.pid] = std::move(w);
   return sw;
 }
@@ -239,7 +228,7 @@ void ElasticAgents::signal_group(pid_t pgid, int sig) {
   if (pgid < kFirstRemoteId) return local_.signal_group(pgid, sig);
   std::lock_guard<std::mutex> lk(mu_);
   auto w = workers_.find(pgid);
-  if (w == workers_.end() || w->second->ended) return;
+  if (w == workers_.end()) return;
   auto s = sessions_.find(w->second->host);
   if (s != sessions_.end() && !s->second->dropped) s->second->out += agentwire::encode(Type::kKill, encode_kill({pgid, sig}));
 }
@@ -247,8 +236,12 @@ void ElasticAgents::signal_group(pid_t pgid, int sig) {
 bool ElasticAgents::group_alive(pid_t pgid) {
   if (pgid < kFirstRemoteId) return local_.group_alive(pgid);
   std::lock_guard<std::mutex> lk(mu_);
-  auto w = workers_.find(pgid);
-  return w != workers_.end() && !w->second->ended;
+  return workers_.count(pgid) > 0;
+}
+
+size_t ElasticAgents::remote_workers() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return workers_.size();
 }
 
 // The driver's wait, woken also when a remote worker ends or a link drops.

@@ -55,6 +55,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   std::vector<std::pair<int, pid_t>> read_signals(int fd) override { return local_.read_signals(fd); }
   void stop_self() override { local_.stop_self(); }
   int wait(pollfd* fds, size_t n, int timeout_ms) override;
+  // The remote workers not yet ended (an ended one, or one of a dropped host, is forgotten).
+  size_t remote_workers() const;
 
  private:
   struct Session;
@@ -72,9 +74,9 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   OutputSink& sink_;
   double heartbeat_timeout_;
   UniqueFd wake_rd_, wake_wr_;
-  std::mutex mu_;  // guards what follows and each Session's queue and state
+  mutable std::mutex mu_;  // guards what follows and each Session's queue and state
   std::map<std::string, std::unique_ptr<Session>> sessions_;
-  std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones, by id
+  std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones running, by id
   std::vector<std::pair<pid_t, int>> reaped_;
   pid_t next_id_ = kFirstRemoteId;
   mutable std::mutex remote_mu_;

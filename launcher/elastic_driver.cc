@@ -1,6 +1,5 @@
 #include "launcher/elastic_driver.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <set>
-#include <stdexcept>
 
 #include "launcher/agent.h"
 #include "launcher/elastic_round.h"
@@ -39,14 +37,10 @@ struct ElasticDriver::Proc {
   }
 };
 
-ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io)
+ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io,
+                             WakePipe wake)
     : opts_(std::move(opts)), kill_grace_(kill_grace), hosts_(std::move(hosts)), io_(std::move(io)),
-      blacklist_(opts_.cooldown) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
-  wake_rd_.reset(p[0]);
-  wake_wr_.reset(p[1]);
-}
+      blacklist_(opts_.cooldown), wake_(std::move(wake)) {}
 
 ElasticDriver::~ElasticDriver() = default;
 
@@ -55,8 +49,7 @@ void ElasticDriver::rank_left(int round, int rank) {
     std::lock_guard<std::mutex> lk(mu_);
     left_.push_back({round, rank});
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 void ElasticDriver::request_end(std::string message, int code) {
@@ -64,8 +57,7 @@ void ElasticDriver::request_end(std::string message, int code) {
     std::lock_guard<std::mutex> lk(mu_);
     if (!end_request_) end_request_.emplace(std::move(message), code);
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 void ElasticDriver::commit_reported(int round, long long commit) {
@@ -73,8 +65,7 @@ void ElasticDriver::commit_reported(int round, long long commit) {
     std::lock_guard<std::mutex> lk(mu_);
     commits_.emplace_back(round, commit);
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 int ElasticDriver::run(const std::vector<RankInfo>& first) {
@@ -457,7 +448,7 @@ void ElasticDriver::handle_signals(int sigfd) {
 
 // One wait on the signals, the wake-ups and the workers' output, until the next deadline.
 void ElasticDriver::wait_once(int sigfd) {
-  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {wake_rd_.get(), POLLIN, 0}};
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
   std::vector<std::pair<Proc*, int>> pipe_of;
   bool congested = io_.sink.congested();
   if (!congested)
@@ -473,11 +464,7 @@ void ElasticDriver::wait_once(int sigfd) {
   int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
   if (n <= 0) return;
   if (pfds[0].revents & POLLIN) handle_signals(sigfd);
-  if (pfds[1].revents & POLLIN) {
-    char buf[64];
-    while (read(wake_rd_.get(), buf, sizeof buf) > 0) {
-    }
-  }
+  if (pfds[1].revents & POLLIN) wake_.drain();
   for (size_t i = 0; i < pipe_of.size(); ++i)
     if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "common/wake_pipe.h"
 #include "launcher/discovery_runner.h"
 #include "launcher/elastic_hosts.h"
 #include "launcher/elastic_membership.h"
@@ -54,7 +55,9 @@ struct ElasticDriverIo {
 class ElasticDriver {
  public:
   // `hosts`: the first round's hosts (discovery's first run, or -H); `first`: its ranks.
-  ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io);
+  // `wake`: what the thread-safe calls below wake its loop with.
+  ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io,
+                WakePipe wake);
   ~ElasticDriver();
   // Runs the job to its end: its exit code. Every worker is gone when it returns.
   int run(const std::vector<RankInfo>& first);
@@ -116,7 +119,7 @@ class ElasticDriver {
   bool said_wait_ = false;
   bool ending_ = false;
   int exit_code_ = 0;
-  UniqueFd wake_rd_, wake_wr_;
+  WakePipe wake_;
   std::mutex mu_;
   std::vector<Left> left_;  // under mu_
   std::optional<std::pair<std::string, int>> end_request_;  // under mu_

@@ -30,13 +30,9 @@ struct ElasticAgents::Worker {
   std::string pending[2];   // output waiting for room there
 };
 
-ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout)
-    : local_(system_process_runner()), opener_(std::move(opener)), sink_(sink), heartbeat_timeout_(heartbeat_timeout) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
-  wake_rd_.reset(p[0]);
-  wake_wr_.reset(p[1]);
-}
+ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout, WakePipe wake)
+    : local_(system_process_runner()), opener_(std::move(opener)), sink_(sink), heartbeat_timeout_(heartbeat_timeout),
+      wake_(std::move(wake)) {}
 
 ElasticAgents::~ElasticAgents() { close_all(); }
 
@@ -175,7 +171,7 @@ void ElasticAgents::ended(pid_t id, int status) {
     workers_.erase(it);  // its pipes closed: the driver reads to EOF
     reaped_.emplace_back(id, status);
   }
-  wake();
+  wake_.wake();
 }
 
 // The host's link is gone: its workers forgotten, their pipes closed (the driver, told by
@@ -187,7 +183,7 @@ void ElasticAgents::drop(Session& s, const std::string& why) {
     for (auto it = workers_.begin(); it != workers_.end();)
       it = it->second->host == s.remote->host() ? workers_.erase(it) : std::next(it);
   }
-  wake();
+  wake_.wake();
 }
 
 Result<SpawnedWorker> ElasticAgents::spawn(const SpawnRequest& req) {
@@ -247,22 +243,15 @@ size_t ElasticAgents::remote_workers() const {
 // The driver's wait, woken also when a remote worker ends or a link drops.
 int ElasticAgents::wait(pollfd* fds, size_t n, int timeout_ms) {
   std::vector<pollfd> all(fds, fds + n);
-  all.push_back({wake_rd_.get(), POLLIN, 0});
+  all.push_back({wake_.fd(), POLLIN, 0});
   int r = local_.wait(all.data(), all.size(), timeout_ms);
   if (r <= 0) return r;
   for (size_t i = 0; i < n; ++i) fds[i].revents = all[i].revents;
   if (all[n].revents) {
-    char buf[64];
-    while (::read(wake_rd_.get(), buf, sizeof buf) > 0) {
-    }
+    wake_.drain();
     --r;
   }
   return r;
-}
-
-void ElasticAgents::wake() {
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
 }
 
 }  // namespace hvdrun

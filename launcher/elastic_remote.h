@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wake_pipe.h"
 #include "launcher/elastic_hosts.h"
 #include "launcher/process_runner.h"
 #include "launcher/remote_host.h"
@@ -26,7 +27,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   using Opener = std::function<Result<std::unique_ptr<RemoteHost>>(const std::string& host)>;
   static constexpr pid_t kFirstRemoteId = 1 << 23;  // above pid_max's limit (2^22)
 
-  ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout);
+  // `wake`: what wakes the driver's wait when a remote worker ends or a link drops.
+  ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout, WakePipe wake);
   ~ElasticAgents() override;
   // A host of the first round, connected and prepared: its workers start with kStart.
   void add(std::unique_ptr<RemoteHost> host);
@@ -67,13 +69,12 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   void write_output(Worker& w, int stream, std::string_view lines);
   void ended(pid_t id, int status);
   void drop(Session& s, const std::string& why);
-  void wake();
 
   ProcessRunner& local_;
   Opener opener_;
   OutputSink& sink_;
   double heartbeat_timeout_;
-  UniqueFd wake_rd_, wake_wr_;
+  WakePipe wake_;
   mutable std::mutex mu_;  // guards what follows and each Session's queue and state
   std::map<std::string, std::unique_ptr<Session>> sessions_;
   std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones running, by id

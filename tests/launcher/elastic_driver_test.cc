@@ -96,7 +96,9 @@ struct Harness {
       spawned.push_back(slot_name(slot) + " round " + std::to_string(round) + " rank " + std::to_string(r.rank));
       return q;
     };
-    auto d = std::make_unique<ElasticDriver>(opts, 5.0, hosts, io);
+    auto wake = WakePipe::open();
+    if (!wake) ADD_FAILURE() << wake.error().message;
+    auto d = std::make_unique<ElasticDriver>(opts, 5.0, hosts, io, std::move(*wake));
     ElasticDriver* p = d.get();
     if (out) *out = std::move(d);
     auto first = next_round({}, hosts, opts.max_np);

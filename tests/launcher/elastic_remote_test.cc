@@ -61,7 +61,9 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   const std::vector<std::string> env = job.ranks[0].env;
   ASSERT_TRUE(host->prepare(job));
   RecordingSink sink;
-  ElasticAgents agents(nullptr, sink, 30);
+  auto wake = WakePipe::open();
+  ASSERT_TRUE(wake) << wake.error().message;
+  ElasticAgents agents(nullptr, sink, 30, std::move(*wake));
   agents.add(std::move(host));
   EXPECT_TRUE(agents.remote("node-x"));
   EXPECT_FALSE(agents.remote("localhost"));

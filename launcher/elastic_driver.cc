@@ -1,6 +1,5 @@
 #include "launcher/elastic_driver.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <set>
-#include <stdexcept>
 
 #include "launcher/agent.h"
 #include "launcher/elastic_round.h"
@@ -23,6 +21,7 @@ struct ElasticDriver::Proc {
   pid_t pid = -1;
   int rank = -1;  // in the current round; -1: not in it (removed, killed, ended)
   int tag = 0;    // the rank its output is tagged with (its latest)
+  int round = 0;  // the round it was spawned into
   bool exited = false;
   int status = 0;
   bool left = false;    // left the rendezvous without hvd_shutdown
@@ -38,14 +37,10 @@ struct ElasticDriver::Proc {
   }
 };
 
-ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io)
+ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io,
+                             WakePipe wake)
     : opts_(std::move(opts)), kill_grace_(kill_grace), hosts_(std::move(hosts)), io_(std::move(io)),
-      blacklist_(opts_.cooldown) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
-  wake_rd_.reset(p[0]);
-  wake_wr_.reset(p[1]);
-}
+      blacklist_(opts_.cooldown), wake_(std::move(wake)) {}
 
 ElasticDriver::~ElasticDriver() = default;
 
@@ -54,8 +49,7 @@ void ElasticDriver::rank_left(int round, int rank) {
     std::lock_guard<std::mutex> lk(mu_);
     left_.push_back({round, rank});
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 void ElasticDriver::request_end(std::string message, int code) {
@@ -63,8 +57,7 @@ void ElasticDriver::request_end(std::string message, int code) {
     std::lock_guard<std::mutex> lk(mu_);
     if (!end_request_) end_request_.emplace(std::move(message), code);
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 void ElasticDriver::commit_reported(int round, long long commit) {
@@ -72,8 +65,7 @@ void ElasticDriver::commit_reported(int round, long long commit) {
     std::lock_guard<std::mutex> lk(mu_);
     commits_.emplace_back(round, commit);
   }
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
+  wake_.wake();
 }
 
 int ElasticDriver::run(const std::vector<RankInfo>& first) {
@@ -121,6 +113,7 @@ bool ElasticDriver::step() {
 // there yet would read as "removed".
 void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& change) {
   ++round_no_;
+  if (round_no_ == 1 || change.ended_round != 0) settled_round_ = round_no_;  // every worker joins it
   StoreEntries keys = round_keys(round_no_, next);
   if (round_no_ > 1) keys.push_back(update_entry(++update_seq_, change));
   const size_t slot_keys = keys.size() - (round_no_ > 1 ? 2 : 1);  // before the round's key and the update
@@ -144,6 +137,7 @@ void ElasticDriver::begin_round(const ElasticRound& next, const RoundChange& cha
 
 void ElasticDriver::spawn(const ElasticSlot& slot, const RankInfo& rank) {
   SpawnRequest req = io_.launch(rank, round_no_, slot);
+  req.host = slot.host;
   auto spawned = io_.runner.spawn(req);
   if (!spawned)
     return fail("hvdrun: rank " + std::to_string(rank.rank) + " (host " + slot.host + "): " + spawned.error().message,
@@ -152,6 +146,7 @@ void ElasticDriver::spawn(const ElasticSlot& slot, const RankInfo& rank) {
   p->slot = slot;
   p->pid = spawned->pid;
   p->rank = p->tag = rank.rank;
+  p->round = round_no_;
   p->pipes[0] = std::move(spawned->out);
   p->pipes[1] = std::move(spawned->err);
   procs_.push_back(std::move(p));
@@ -202,6 +197,7 @@ void ElasticDriver::take_left() {
       line_->seconds = io_.runner.now() - line_cause_at_;
       say_reset_line("");
     }
+  for (auto [round, commit] : commits) settled_round_ = std::max(settled_round_, round);
   for (const auto& l : left)
     if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
       if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
@@ -281,7 +277,7 @@ bool ElasticDriver::hosts_changed() const {
 RoundState ElasticDriver::round_state() const {
   RoundState s;
   for (const auto& slot : round_.slots)
-    if (Proc* p = proc_of(slot)) s.workers[slot.host].push_back(p->end());
+    if (Proc* p = proc_of(slot)) (p->round > settled_round_ ? s.joining : s.workers)[slot.host].push_back(p->end());
   s.hosts_changed = !waiting_ && hosts_changed();
   s.resets = resets_;
   s.reset_limit = opts_.reset_limit;
@@ -294,7 +290,8 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   switch (v.action) {
     case RoundVerdict::kSucceeded:
       ending_ = true;
-      for (auto& p : procs_)  // slots removed but not yet gone
+      say_joining_stopped();
+      for (auto& p : procs_)  // slots removed but not yet gone, and the joining workers
         if (!p->group_gone) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
       kill_at_ = io_.runner.now() + kill_grace_;
       return true;
@@ -306,8 +303,23 @@ bool ElasticDriver::act(const RoundVerdict& v) {
     case RoundVerdict::kGoOn:
       if (waiting_) try_round();
       return false;
+    case RoundVerdict::kFinishing:  // no new round: the others of the finished one end
+      return false;
   }
   return false;
+}
+
+// The workers finished before the round that added hosts formed: its joining workers are
+// stopped (they would wait for the finished ones in hvd_init until the start time-out).
+void ElasticDriver::say_joining_stopped() {
+  std::string ranks;
+  for (const auto& p : procs_)
+    if (p->rank >= 0 && !p->exited && p->round > settled_round_)
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
+  if (ranks.empty()) return;
+  say_reset_line("no commit reported before the job's end");
+  io_.sink.notice("hvdrun: elastic: the workers finished before round " + std::to_string(round_no_) +
+                  " formed; its joining rank(s) " + ranks + " stopped");
 }
 
 // The failed hosts blacklisted and their other workers killed; the next round as soon as
@@ -436,7 +448,7 @@ void ElasticDriver::handle_signals(int sigfd) {
 
 // One wait on the signals, the wake-ups and the workers' output, until the next deadline.
 void ElasticDriver::wait_once(int sigfd) {
-  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {wake_rd_.get(), POLLIN, 0}};
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
   std::vector<std::pair<Proc*, int>> pipe_of;
   bool congested = io_.sink.congested();
   if (!congested)
@@ -452,11 +464,7 @@ void ElasticDriver::wait_once(int sigfd) {
   int n = io_.runner.wait(pfds.data(), pfds.size(), std::max(0, static_cast<int>(timeout * 1000) + 1));
   if (n <= 0) return;
   if (pfds[0].revents & POLLIN) handle_signals(sigfd);
-  if (pfds[1].revents & POLLIN) {
-    char buf[64];
-    while (read(wake_rd_.get(), buf, sizeof buf) > 0) {
-    }
-  }
+  if (pfds[1].revents & POLLIN) wake_.drain();
   for (size_t i = 0; i < pipe_of.size(); ++i)
     if (pfds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) read_output(*pipe_of[i].first, pipe_of[i].second);
 }

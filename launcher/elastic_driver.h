@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "common/wake_pipe.h"
 #include "launcher/discovery_runner.h"
 #include "launcher/elastic_hosts.h"
 #include "launcher/elastic_membership.h"
@@ -54,7 +55,9 @@ struct ElasticDriverIo {
 class ElasticDriver {
  public:
   // `hosts`: the first round's hosts (discovery's first run, or -H); `first`: its ranks.
-  ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io);
+  // `wake`: what the thread-safe calls below wake its loop with.
+  ElasticDriver(ElasticOptions opts, double kill_grace, std::vector<HostSlots> hosts, ElasticDriverIo io,
+                WakePipe wake);
   ~ElasticDriver();
   // Runs the job to its end: its exit code. Every worker is gone when it returns.
   int run(const std::vector<RankInfo>& first);
@@ -84,6 +87,7 @@ class ElasticDriver {
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
+  void say_joining_stopped();
   bool reset(const RoundVerdict& v);
   void kill_host(const std::string& host, std::string& killed);
   void try_round();
@@ -104,6 +108,10 @@ class ElasticDriver {
   std::vector<std::unique_ptr<Proc>> procs_;
   ElasticRound round_;
   int round_no_ = 0;
+  // The newest round every worker of which joins (round 1, one that ended the round before,
+  // one whose rank 0 reported its commit): a worker spawned into a later one is joining
+  // (RoundState::joining), and workers that finish before it forms never join it.
+  int settled_round_ = 0;
   long long update_seq_ = 0;
   int resets_ = 0;
   std::optional<double> next_discovery_, waiting_since_, kill_at_, cause_at_;
@@ -111,7 +119,7 @@ class ElasticDriver {
   bool said_wait_ = false;
   bool ending_ = false;
   int exit_code_ = 0;
-  UniqueFd wake_rd_, wake_wr_;
+  WakePipe wake_;
   std::mutex mu_;
   std::vector<Left> left_;  // under mu_
   std::optional<std::pair<std::string, int>> end_request_;  // under mu_

@@ -19,10 +19,22 @@ struct ElasticJob::Store : ElasticStore {
   Status set(const std::string& key, const std::string& value) override { return server->set(key, value); }
 };
 
+Result<std::unique_ptr<ElasticJob>> ElasticJob::create(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink,
+                                                       Launch launch, ElasticAgents::Opener opener,
+                                                       double heartbeat_timeout, Watchdog* watchdog) {
+  auto driver_wake = WakePipe::open();
+  if (!driver_wake) return driver_wake.error();
+  auto agents_wake = WakePipe::open();
+  if (!agents_wake) return agents_wake.error();
+  return std::make_unique<ElasticJob>(opts, plan, sink, std::move(launch), std::move(opener), heartbeat_timeout,
+                                      watchdog, std::move(*driver_wake), std::move(*agents_wake));
+}
+
 ElasticJob::ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch,
-                       ElasticAgents::Opener opener, double heartbeat_timeout, Watchdog* watchdog)
+                       ElasticAgents::Opener opener, double heartbeat_timeout, Watchdog* watchdog,
+                       WakePipe driver_wake, WakePipe agents_wake)
     : store_(std::make_unique<Store>()),
-      agents_(std::make_unique<ElasticAgents>(std::move(opener), sink, heartbeat_timeout)) {
+      agents_(std::make_unique<ElasticAgents>(std::move(opener), sink, heartbeat_timeout, std::move(agents_wake))) {
   ElasticDriverIo io{*agents_, *store_, sink, nullptr, std::move(launch), nullptr, nullptr};
   io.hosts = agents_.get();
   if (watchdog)  // a remote worker's id is not a group of this machine's
@@ -33,7 +45,8 @@ ElasticJob::ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSin
     io.discover = [e = opts.elastic] { return run_discovery_script(e.discovery_script, e.discovery_timeout); };
   auto rng = std::make_shared<std::mt19937_64>(std::random_device{}());
   io.random = [rng] { return std::uniform_real_distribution<double>(0, 1)(*rng); };
-  driver_ = std::make_unique<ElasticDriver>(opts.elastic, opts.kill_grace, plan.hosts, std::move(io));
+  driver_ = std::make_unique<ElasticDriver>(opts.elastic, opts.kill_grace, plan.hosts, std::move(io),
+                                            std::move(driver_wake));
 }
 
 ElasticJob::~ElasticJob() = default;

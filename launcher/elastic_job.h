@@ -20,8 +20,13 @@ class ElasticJob {
   using Launch = std::function<SpawnRequest(const RankInfo&, int round, const ElasticSlot&)>;
   // `opener`: a host that discovery names while the job runs (open_elastic_host).
   // `watchdog` (may be null): told each of this machine's worker groups that has ended.
+  // Fails (kSystem) when its wake pipes cannot be made.
+  static Result<std::unique_ptr<ElasticJob>> create(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink,
+                                                    Launch launch, ElasticAgents::Opener opener,
+                                                    double heartbeat_timeout, Watchdog* watchdog = nullptr);
   ElasticJob(const LaunchOptions& opts, const JobPlan& plan, OutputSink& sink, Launch launch,
-             ElasticAgents::Opener opener, double heartbeat_timeout, Watchdog* watchdog = nullptr);
+             ElasticAgents::Opener opener, double heartbeat_timeout, Watchdog* watchdog, WakePipe driver_wake,
+             WakePipe agents_wake);
   ~ElasticJob();
   // The rendezvous server's callbacks for an elastic job (a worker's fatal error, its
   // lost peer: the driver learns of the failure from the worker's end).

@@ -115,9 +115,9 @@ struct Counts {
   int running = 0, succeeded = 0, failed = 0, all = 0;
 };
 
-Counts count_ends(const RoundState& s, std::set<std::string>& failed_hosts) {
+Counts count_ends(const std::map<std::string, std::vector<WorkerEnd>>& workers, std::set<std::string>& failed_hosts) {
   Counts c;
-  for (const auto& [host, ends] : s.workers)
+  for (const auto& [host, ends] : workers)
     for (WorkerEnd e : ends) {
       c.all++;
       if (e == WorkerEnd::kRunning) c.running++;
@@ -137,17 +137,16 @@ RoundVerdict failed(std::string why) {
   return v;
 }
 
-}  // namespace
-
-RoundVerdict judge_round(const RoundState& s) {
+// The verdict over s.workers (s.joining left out).
+RoundVerdict judge_workers(const RoundState& s) {
   RoundVerdict v;
   std::set<std::string> failed_hosts;
-  Counts c = count_ends(s, failed_hosts);
+  Counts c = count_ends(s.workers, failed_hosts);
   if (c.succeeded > 0 && c.failed > 0)
     return failed(std::to_string(c.failed) + " worker(s) failed after " + std::to_string(c.succeeded) +
                   " finished: a finished training is not reset");
   if (c.succeeded > 0) {
-    v.action = c.running == 0 ? RoundVerdict::kSucceeded : RoundVerdict::kGoOn;
+    v.action = c.running == 0 ? RoundVerdict::kSucceeded : RoundVerdict::kFinishing;
     return v;
   }
   if (c.failed == 0 && !s.hosts_changed) return v;
@@ -168,6 +167,19 @@ RoundVerdict judge_round(const RoundState& s) {
   }
   v.action = RoundVerdict::kReset;
   return v;
+}
+
+}  // namespace
+
+RoundVerdict judge_round(const RoundState& s) {
+  bool finished = false;
+  for (const auto& [host, ends] : s.workers)
+    finished = finished || std::count(ends.begin(), ends.end(), WorkerEnd::kSucceeded) > 0;
+  if (finished || s.joining.empty()) return judge_workers(s);
+  RoundState all = s;  // no worker finished: the joining ones count as any other
+  for (const auto& [host, ends] : s.joining) all.workers[host].insert(all.workers[host].end(), ends.begin(), ends.end());
+  all.joining.clear();
+  return judge_workers(all);
 }
 
 WaitVerdict judge_wait(long long available, int min_np, double waited, double timeout) {

@@ -70,26 +70,33 @@ enum class WorkerEnd { kRunning, kSucceeded, kFailed, kExitedEarly };
 
 // What the driver does when a round's worker has ended or membership changed.
 struct RoundVerdict {
-  enum Action { kGoOn, kReset, kSucceeded, kFailed } action = kGoOn;
+  // kFinishing: a worker finished; no new round, the others of its round are waited for.
+  enum Action { kGoOn, kReset, kSucceeded, kFailed, kFinishing } action = kGoOn;
   std::set<std::string> blacklist;  // hosts to blacklist now (those with a failed worker)
   std::string message;              // kFailed: why (one line)
 };
 
 struct RoundState {
   std::map<std::string, std::vector<WorkerEnd>> workers;  // host -> its workers' ends
+  // The workers joining a round that only added hosts (no round ended) and has not formed
+  // (no commit reported for it): the others may finish without ever joining it.
+  std::map<std::string, std::vector<WorkerEnd>> joining;
   bool hosts_changed = false;  // discovery changed the available hosts
   int resets = 0;              // resets so far
   std::optional<int> reset_limit;
   std::set<std::string> blacklisted;  // hosts blocked now (before this verdict)
 };
 
-// The job succeeds when every worker of the round has exited 0 after hvd_shutdown(); one
-// that did so while others still run waits for them, and if one of them then fails the job
-// fails (a finished training is not reset). A worker that exited early is a failure (in
-// Horovod one success ends the job: its #1994). On failures: every worker failed, or every
-// host of the round blacklisted, or the reset limit reached (Horovod's order) ends the
-// job; else the failed hosts are blacklisted and the job resets. A membership change
-// alone resets too (the limit counts it).
+// A worker that exited 0 after hvd_shutdown() (not one joining) has finished: the job is
+// done, as in Horovod (one success stops the driver) and torchrun (a succeeded group closes
+// the rendezvous). No new round follows (hosts added or removed make none); the others of
+// its round are waited for (kFinishing), and if one of them then fails the job fails (a
+// finished training is not reset); when none runs, success. The joining workers are left
+// out (the driver stops them at the job's end): the finished workers will never join their
+// round. A worker that exited early is a failure (in Horovod one success ends the job: its
+// #1994). On failures: every worker failed, or every host of the round blacklisted, or the
+// reset limit reached (Horovod's order) ends the job; else the failed hosts are blacklisted
+// and the job resets. A membership change alone resets too (the limit counts it).
 RoundVerdict judge_round(const RoundState& s);
 
 // Waiting for --min-np slots before a round starts: start when `available` >= min_np;

@@ -28,28 +28,11 @@ struct ElasticAgents::Worker {
   std::string host;
   UniqueFd pipes[2];        // the write ends of the pipes the driver reads (non-blocking)
   std::string pending[2];   // output waiting for room there
-  bool ended = false;
 };
 
-namespace {
-
-// The host of a worker's request: its slot's, HVDRUN_ELASTIC_SLOT=<host>:<index>.
-std::string host_of(const SpawnRequest& req) {
-  static const std::string kVar = "HVDRUN_ELASTIC_SLOT=";
-  for (const auto& kv : req.env)
-    if (kv.compare(0, kVar.size(), kVar) == 0) return kv.substr(kVar.size(), kv.rfind(':') - kVar.size());
-  return "";
-}
-
-}  // namespace
-
-ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout)
-    : local_(system_process_runner()), opener_(std::move(opener)), sink_(sink), heartbeat_timeout_(heartbeat_timeout) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
-  wake_rd_.reset(p[0]);
-  wake_wr_.reset(p[1]);
-}
+ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout, WakePipe wake)
+    : local_(system_process_runner()), opener_(std::move(opener)), sink_(sink), heartbeat_timeout_(heartbeat_timeout),
+      wake_(std::move(wake)) {}
 
 ElasticAgents::~ElasticAgents() { close_all(); }
 
@@ -183,34 +166,28 @@ void ElasticAgents::ended(pid_t id, int status) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = workers_.find(id);
-    if (it == workers_.end() || it->second->ended) return;
-    it->second->ended = true;
-    for (int k = 0; k < 2; ++k) {
-      write_output(*it->second, k, "");  // (what the pipe cannot take now is lost)
-      it->second->pipes[k].reset();
-    }
+    if (it == workers_.end()) return;
+    for (int k = 0; k < 2; ++k) write_output(*it->second, k, "");  // (what the pipe cannot take now is lost)
+    workers_.erase(it);  // its pipes closed: the driver reads to EOF
     reaped_.emplace_back(id, status);
   }
-  wake();
+  wake_.wake();
 }
 
-// The host's link is gone: its workers' pipes closed (the driver, told by liveness(), counts
-// them as killed: no end of theirs will come).
+// The host's link is gone: its workers forgotten, their pipes closed (the driver, told by
+// liveness(), counts them as killed: no end of theirs will come).
 void ElasticAgents::drop(Session& s, const std::string& why) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!s.dropped) s.dropped = why;
-    for (auto& [id, w] : workers_)
-      if (w->host == s.remote->host() && !w->ended) {
-        w->ended = true;
-        for (auto& p : w->pipes) p.reset();
-      }
+    for (auto it = workers_.begin(); it != workers_.end();)
+      it = it->second->host == s.remote->host() ? workers_.erase(it) : std::next(it);
   }
-  wake();
+  wake_.wake();
 }
 
 Result<SpawnedWorker> ElasticAgents::spawn(const SpawnRequest& req) {
-  std::string host = host_of(req);
+  const std::string& host = req.host;
   if (host.empty() || !remote(host)) return local_.spawn(req);
   int out[2], err[2];
   if (pipe2(out, O_CLOEXEC) != 0) return make_error(ErrorKind::kLaunchFailed, "pipe2 failed");
@@ -229,12 +206,8 @@ Result<SpawnedWorker> ElasticAgents::spawn(const SpawnRequest& req) {
   std::lock_guard<std::mutex> lk(mu_);
   sw.pid = next_id_++;
   auto it = sessions_.find(host);
-  if (it == sessions_.end() || it->second->dropped) {
-    w->ended = true;  // no agent: the driver finds the host lost
-    for (auto& p : w->pipes) p.reset();
-  } else {
-    it->second->out += agentwire::encode(Type::kSpawn, encode_spawn({sw.pid, req.argv, req.env}));
-  }
+  if (it == sessions_.end() || it->second->dropped) return sw;  // no agent: the driver finds the host lost
+  it->second->out += agentwire::encode(Type::kSpawn, encode_spawn({sw.pid, req.argv, req.env}));
   workers_[sw.pid] = std::move(w);
   return sw;
 }
@@ -251,7 +224,7 @@ void ElasticAgents::signal_group(pid_t pgid, int sig) {
   if (pgid < kFirstRemoteId) return local_.signal_group(pgid, sig);
   std::lock_guard<std::mutex> lk(mu_);
   auto w = workers_.find(pgid);
-  if (w == workers_.end() || w->second->ended) return;
+  if (w == workers_.end()) return;
   auto s = sessions_.find(w->second->host);
   if (s != sessions_.end() && !s->second->dropped) s->second->out += agentwire::encode(Type::kKill, encode_kill({pgid, sig}));
 }
@@ -259,29 +232,26 @@ void ElasticAgents::signal_group(pid_t pgid, int sig) {
 bool ElasticAgents::group_alive(pid_t pgid) {
   if (pgid < kFirstRemoteId) return local_.group_alive(pgid);
   std::lock_guard<std::mutex> lk(mu_);
-  auto w = workers_.find(pgid);
-  return w != workers_.end() && !w->second->ended;
+  return workers_.count(pgid) > 0;
+}
+
+size_t ElasticAgents::remote_workers() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return workers_.size();
 }
 
 // The driver's wait, woken also when a remote worker ends or a link drops.
 int ElasticAgents::wait(pollfd* fds, size_t n, int timeout_ms) {
   std::vector<pollfd> all(fds, fds + n);
-  all.push_back({wake_rd_.get(), POLLIN, 0});
+  all.push_back({wake_.fd(), POLLIN, 0});
   int r = local_.wait(all.data(), all.size(), timeout_ms);
   if (r <= 0) return r;
   for (size_t i = 0; i < n; ++i) fds[i].revents = all[i].revents;
   if (all[n].revents) {
-    char buf[64];
-    while (::read(wake_rd_.get(), buf, sizeof buf) > 0) {
-    }
+    wake_.drain();
     --r;
   }
   return r;
-}
-
-void ElasticAgents::wake() {
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_wr_.get(), &c, 1);
 }
 
 }  // namespace hvdrun

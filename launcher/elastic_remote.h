@@ -1,5 +1,5 @@
 // hvdrun's side of an elastic job's remote hosts (docs/ELASTIC.md): the driver's
-// ProcessRunner and ElasticHosts in one. A worker whose slot (HVDRUN_ELASTIC_SLOT) is on
+// ProcessRunner and ElasticHosts in one. A worker whose request's host (its slot's) is
 // this machine is this machine's process; one on another host is spawned by that host's
 // agent (kSpawn), its "pid" an id above any real pid (kFirstRemoteId), its signals sent as
 // kKill, its output written into pipes the driver reads as a local worker's, its end
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wake_pipe.h"
 #include "launcher/elastic_hosts.h"
 #include "launcher/process_runner.h"
 #include "launcher/remote_host.h"
@@ -26,7 +27,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   using Opener = std::function<Result<std::unique_ptr<RemoteHost>>(const std::string& host)>;
   static constexpr pid_t kFirstRemoteId = 1 << 23;  // above pid_max's limit (2^22)
 
-  ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout);
+  // `wake`: what wakes the driver's wait when a remote worker ends or a link drops.
+  ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_timeout, WakePipe wake);
   ~ElasticAgents() override;
   // A host of the first round, connected and prepared: its workers start with kStart.
   void add(std::unique_ptr<RemoteHost> host);
@@ -55,6 +57,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   std::vector<std::pair<int, pid_t>> read_signals(int fd) override { return local_.read_signals(fd); }
   void stop_self() override { local_.stop_self(); }
   int wait(pollfd* fds, size_t n, int timeout_ms) override;
+  // The remote workers not yet ended (an ended one, or one of a dropped host, is forgotten).
+  size_t remote_workers() const;
 
  private:
   struct Session;
@@ -65,16 +69,15 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   void write_output(Worker& w, int stream, std::string_view lines);
   void ended(pid_t id, int status);
   void drop(Session& s, const std::string& why);
-  void wake();
 
   ProcessRunner& local_;
   Opener opener_;
   OutputSink& sink_;
   double heartbeat_timeout_;
-  UniqueFd wake_rd_, wake_wr_;
-  std::mutex mu_;  // guards what follows and each Session's queue and state
+  WakePipe wake_;
+  mutable std::mutex mu_;  // guards what follows and each Session's queue and state
   std::map<std::string, std::unique_ptr<Session>> sessions_;
-  std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones, by id
+  std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones running, by id
   std::vector<std::pair<pid_t, int>> reaped_;
   pid_t next_id_ = kFirstRemoteId;
   mutable std::mutex remote_mu_;

@@ -369,10 +369,12 @@ JobRun::Stop JobRun::open_the_output() {
   (*sink)->on_file_failure(
       [&agent](std::string message) { agent.request_teardown(std::move(message), exit_code::kOutputFailed); });
   if (!opts.elastic.enabled) return {};
-  elastic = std::make_unique<ElasticJob>(
+  auto made = ElasticJob::create(
       opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) { return elastic_launch(r, n, s); },
       [this](const std::string& host) { return open_new_host(host); }, heartbeat_timeout,
       watchdog ? &*watchdog : nullptr);
+  if (!made) return fail(made.error());
+  elastic = std::move(*made);
   ElasticDriver& e = elastic->driver();  // the reader gone, a file failing: as above, for the driver
   (*sink)->on_reader_gone([&e] { e.request_end("", 128 + SIGPIPE); });
   (*sink)->on_file_failure([&e](std::string message) { e.request_end(std::move(message), exit_code::kOutputFailed); });

@@ -30,6 +30,9 @@ struct SpawnRequest {
   int register_fd = -1;
   std::vector<int> cpus;  // the CPUs it is bound to before its exec (placement.h); empty: not bound
   int nice = 0;           // raised to this before its exec (a helper that must not slow the ranks)
+  // The host it runs on, for a runner that spans hosts (ElasticAgents: another host's worker
+  // is spawned by that host's agent); "": this machine.
+  std::string host;
 };
 
 struct SpawnedWorker {

@@ -96,7 +96,9 @@ struct Harness {
       spawned.push_back(slot_name(slot) + " round " + std::to_string(round) + " rank " + std::to_string(r.rank));
       return q;
     };
-    auto d = std::make_unique<ElasticDriver>(opts, 5.0, hosts, io);
+    auto wake = WakePipe::open();
+    if (!wake) ADD_FAILURE() << wake.error().message;
+    auto d = std::make_unique<ElasticDriver>(opts, 5.0, hosts, io, std::move(*wake));
     ElasticDriver* p = d.get();
     if (out) *out = std::move(d);
     auto first = next_round({}, hosts, opts.max_np);
@@ -164,6 +166,40 @@ TEST(ElasticDriver, AHostAddedByDiscoveryIsANewRoundThatEndsNone) {
   EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1", "b:1 round 2 rank 2"}));
   EXPECT_TRUE(h.noticed("hvdrun: reset 1: hosts added (b); size 1 -> 3")) << h.notices();
   EXPECT_TRUE(h.runner.sent.empty());  // nobody killed
+}
+
+// Found by tests/chaos/chaos_elastic.py (seed 3 job 0): a host added while the round's
+// workers finish (past their last commit) makes a round they never join; once one finished
+// the job is done (as in Horovod and torchrun): no new round, the new worker stopped.
+TEST(ElasticDriver, WorkersFinishingBeforeARoundThatAddedHostsFormsEndTheJobItsNewWorkerStopped) {
+  Harness h;
+  h.discovery = {{0, "a\n"}, {3, "a\nb\n"}, {12, "a\nb\nc\n"}};
+  h.runner.behaviours = {exits(10, 0), {-1, 0, 0, SIGTERM}};  // b:0 waits in hvd_init for a:0
+  h.runner.behaviours.push_back({-1, 0, 0, SIGTERM});
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.at(100, [&] { d->request_end("the test's deadline", 9); });
+  EXPECT_EQ(h.run({{"a", 1}}, &d), 0) << h.notices();
+  EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));  // none for c
+  EXPECT_TRUE(h.store.round(3).empty());
+  ASSERT_EQ(h.runner.sent.size(), 1u);
+  EXPECT_EQ(h.runner.sent[0].target, 1001);
+  EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
+  EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 10);
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its joining rank(s) 1 stopped"))
+      << h.notices();
+}
+
+// Once the round that added hosts has formed (its rank 0 reported its commit), its new
+// workers trained with the others: they are waited for, as any worker of a finished round.
+TEST(ElasticDriver, ARoundThatAddedHostsAndFormedIsWaitedForToItsEnd) {
+  Harness h;
+  h.discovery = {{0, "a\n"}, {3, "a\nb\n"}};
+  h.runner.behaviours = {exits(10, 0), exits(14, 0)};
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.at(5, [&] { d->commit_reported(2, 3); });
+  EXPECT_EQ(h.run({{"a", 1}}, &d), 0) << h.notices();
+  EXPECT_TRUE(h.runner.sent.empty());
+  EXPECT_FALSE(h.noticed("stopped")) << h.notices();
 }
 
 TEST(ElasticDriver, BelowMinNpItWaitsThenAHostJoins) {

@@ -130,11 +130,36 @@ TEST(ElasticRound, ExitZeroWhileOthersRunIsAFailureNotSuccess) {
   EXPECT_EQ(early.action, RoundVerdict::kReset);
   EXPECT_EQ(early.blacklist, (std::set<std::string>{"b"}));
   // Finished after hvd_shutdown(): wait for the others, then success.
-  EXPECT_EQ(judge_round(round_of({{"a", {S, R}}, {"b", {R}}})).action, RoundVerdict::kGoOn);
+  EXPECT_EQ(judge_round(round_of({{"a", {S, R}}, {"b", {R}}})).action, RoundVerdict::kFinishing);
   EXPECT_EQ(judge_round(round_of({{"a", {S, S}}, {"b", {S}}})).action, RoundVerdict::kSucceeded);
   auto late = judge_round(round_of({{"a", {S, S}}, {"b", {F}}}));
   EXPECT_EQ(late.action, RoundVerdict::kFailed);
   EXPECT_NE(late.message.find("1 worker(s) failed after 2 finished"), std::string::npos) << late.message;
+}
+
+// Found by tests/chaos/chaos_elastic.py: a host added while the last round finished its
+// training made a round the finished workers never joined; its new worker waited for them.
+TEST(ElasticRound, AFinishedWorkerEndsTheJobNoNewRoundTheJoiningLeftOut) {
+  auto s = round_of({{"a", {S, R}}});
+  s.joining = {{"b", {R}}};
+  s.hosts_changed = true;
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFinishing);  // no round for the change
+  s.workers = {{"a", {S, S}}};
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);  // b's worker is not waited for
+  s.joining = {{"b", {F}}};
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);  // nor is its failure the job's
+  s.workers = {{"a", {S, F}}};
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFailed);  // the finished round's own failure is
+  // Before any finished, a joining worker counts as any other.
+  auto j = round_of({{"a", {R}}});
+  j.joining = {{"b", {F}}};
+  auto v = judge_round(j);
+  EXPECT_EQ(v.action, RoundVerdict::kReset);
+  EXPECT_EQ(v.blacklist, (std::set<std::string>{"b"}));
+  j.workers = {{"a", {F}}};
+  EXPECT_EQ(judge_round(j).message, "every worker failed");
+  j.joining = {{"b", {R}}};
+  EXPECT_EQ(judge_round(j).action, RoundVerdict::kReset);
 }
 
 TEST(ElasticRound, EndsInHorovodsOrder) {

@@ -61,12 +61,15 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   const std::vector<std::string> env = job.ranks[0].env;
   ASSERT_TRUE(host->prepare(job));
   RecordingSink sink;
-  ElasticAgents agents(nullptr, sink, 30);
+  auto wake = WakePipe::open();
+  ASSERT_TRUE(wake) << wake.error().message;
+  ElasticAgents agents(nullptr, sink, 30, std::move(*wake));
   agents.add(std::move(host));
   EXPECT_TRUE(agents.remote("node-x"));
   EXPECT_FALSE(agents.remote("localhost"));
 
   SpawnRequest req;
+  req.host = "node-x";  // through its agent
   req.argv = {"sh", "-c", "echo out; echo err >&2; exit 5"};
   req.env = env;
   auto w = agents.spawn(req);
@@ -76,6 +79,7 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   EXPECT_EQ(read_to_eof(w->err.get()), "err\n");
   EXPECT_EQ(reaped(agents, w->pid), 5 << 8);
   EXPECT_FALSE(agents.group_alive(w->pid));
+  EXPECT_EQ(agents.remote_workers(), 0u);  // an ended worker is forgotten
 
   req.argv = {"sh", "-c", "trap 'echo term; exit 0' TERM; echo up; while :; do sleep 0.05; done"};
   auto v = agents.spawn(req);
@@ -88,11 +92,23 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   agents.signal_group(v->pid, SIGTERM);  // kKill to its group
   EXPECT_EQ(read_to_eof(v->out.get()), "term\n");
   EXPECT_EQ(reaped(agents, v->pid), 0);
+  EXPECT_EQ(agents.remote_workers(), 0u);
 
+  req.argv = {"sh", "-c", "echo up; while :; do sleep 0.05; done"};
+  auto u = agents.spawn(req);
+  ASSERT_TRUE(u);
+  p = {u->out.get(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 20000), 1);
+  ASSERT_EQ(read(u->out.get(), up, 3), 3);
+  EXPECT_EQ(agents.remote_workers(), 1u);
   auto l = agents.liveness("node-x");
   EXPECT_FALSE(l.dropped);
   EXPECT_LE(agents.now() - l.heard, 30);
   agents.close("node-x");
+  EXPECT_EQ(agents.remote_workers(), 0u);  // the lost host's worker forgotten, its pipes closed
+  p = {u->out.get(), POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 0), 1);
+  EXPECT_EQ(read(u->out.get(), up, 3), 0);
   EXPECT_TRUE(agents.liveness("node-x").dropped);  // no agent any more
   EXPECT_TRUE(sink.notices.empty()) << sink.notices.front();
 }

@@ -71,6 +71,9 @@ UPSTREAM = {
                                     "that did not join first are out of step: a hang"),
     "test_process_set_barrier_op": (3, "timing: an even rank that leaves the preceding allreduce later "
                                     "than rank 0 measures less than rank 0's 5 s sleep"),
+    "test_global_barrier_op": (3, "timing: a rank that leaves the preceding allreduce later than rank 0 "
+                               "measures less than rank 0's sleep (Horovod's own build failed it in 3 of "
+                               "16 runs beside 4 busy loops, hvdrun in 1 of 8 alternating with it)"),
 }
 
 

@@ -23,6 +23,16 @@ std::set<std::string> dev_shm() {
   }
   return names;
 }
+
+// The /dev/shm entries in `after` that were not in `before`, but for Python's (multiprocessing
+// semaphores, torch's shared tensors): a job of this C worker makes none, and tests running
+// beside this one (ctest -j) make and remove them at any moment.
+std::set<std::string> added_by_this_job(const std::set<std::string>& before, const std::set<std::string>& after) {
+  std::set<std::string> added;
+  for (const auto& name : after)
+    if (!before.count(name) && name.rfind("sem.mp-", 0) != 0 && name.rfind("torch_", 0) != 0) added.insert(name);
+  return added;
+}
 }  // namespace
 
 // Ranks of one host: over shared memory (the default; each rank maps the ring it sends on
@@ -41,7 +51,7 @@ TEST_P(CollectivesLaunch, ResultsAreRightOnEveryRank) {
                          std::to_string(segments) + " shared segments)"),
               std::string::npos)
         << o.out;
-  EXPECT_EQ(dev_shm(), before);
+  EXPECT_EQ(added_by_this_job(before, dev_shm()), std::set<std::string>{});
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesLaunch,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 7), ::testing::Bool()));
@@ -70,7 +80,7 @@ TEST(CollectivesLaunchHierarchical, TwoHostsTwoRanksEachHierarchicalAndFlat) {
       EXPECT_NE(o.out.find("rank " + std::to_string(r) + " checked (" + std::to_string(c.segments) + " shared segments)"),
                 std::string::npos)
           << o.out;
-    EXPECT_EQ(dev_shm(), before);
+    EXPECT_EQ(added_by_this_job(before, dev_shm()), std::set<std::string>{});
   }
 }
 
@@ -97,7 +107,7 @@ TEST(CollectivesLaunchHierarchical, PeerKilledMidHierarchicalAllreduceFailsTheJo
   ASSERT_FALSE(o.timed_out) << "a dead peer hung the job";
   EXPECT_EQ(o.exit_code, 137) << o.err;
   EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) was killed by signal 9 (SIGKILL)"), std::string::npos) << o.err;
-  EXPECT_EQ(dev_shm(), before);
+  EXPECT_EQ(added_by_this_job(before, dev_shm()), std::set<std::string>{});
 }
 
 class CollectivesLaunchFailures : public ::testing::TestWithParam<bool> {};
@@ -111,7 +121,7 @@ TEST_P(CollectivesLaunchFailures, PeerKilledMidAllreduceFailsTheJobFast) {
   EXPECT_EQ(o.exit_code, 137) << o.err;
   EXPECT_NE(o.err.find("hvdrun: rank 1 (host localhost) was killed by signal 9 (SIGKILL)"), std::string::npos)
       << o.err;
-  EXPECT_EQ(dev_shm(), before);
+  EXPECT_EQ(added_by_this_job(before, dev_shm()), std::set<std::string>{});
 }
 INSTANTIATE_TEST_SUITE_P(Transports, CollectivesLaunchFailures, ::testing::Bool());
 

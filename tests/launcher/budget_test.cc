@@ -102,6 +102,12 @@ int nproc_edge_in_child() {
 
 TEST(ProcessBudget, RoomUnderRlimitNprocIsTheKernelsCount) {
   if (getuid() != 0) GTEST_SKIP() << "needs root, to become a user of its own";
+#if defined(__SANITIZE_THREAD__)
+  // TSan starts a background thread in every forked child (2 tasks each, measured), unless
+  // the limit refuses it: the children's tasks against RLIMIT_NPROC then depend on timing,
+  // and the edge this test places is not where it counts.
+  GTEST_SKIP() << "under TSan a forked child holds 1 or 2 tasks";
+#endif
   pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(nproc_edge_in_child());

@@ -1,6 +1,6 @@
 // A self-pipe that wakes a poll() loop from other threads: the loop polls fd() for POLLIN
 // and drains it; wake() never blocks (a full pipe already wakes the loop). Both ends are
-// non-blocking and close-on-exec. Used by the elastic driver and ElasticAgents.
+// non-blocking and close-on-exec. Used by the agent loop, the elastic driver and ElasticAgents.
 #pragma once
 
 #include "common/result.h"

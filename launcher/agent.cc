@@ -46,10 +46,9 @@ std::string signal_name(int sig) {
 
 LocalAgent::LocalAgent(AgentOptions opts, OutputSink& sink, Watchdog* watchdog, ProcessRunner* runner)
     : opts_(opts), sink_(sink), watchdog_(watchdog), runner_(runner ? *runner : system_process_runner()) {
-  int p[2];
-  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
-  control_rd_.reset(p[0]);
-  control_wr_.reset(p[1]);
+  auto control = WakePipe::open();
+  if (!control) throw std::runtime_error(control.error().message);
+  control_ = std::move(*control);
 }
 
 LocalAgent::~LocalAgent() = default;
@@ -84,10 +83,7 @@ void LocalAgent::slurm_signal(int sig) { post(SignalRequest{sig, true}); }
 
 void LocalAgent::request_signal(int sig) { post(SignalRequest{sig, false}); }
 
-void LocalAgent::wake() {
-  char c = 1;
-  [[maybe_unused]] ssize_t n = ::write(control_wr_.get(), &c, 1);
-}
+void LocalAgent::wake() { control_.wake(); }
 
 void LocalAgent::signal_all(int sig) {
   for (auto& w : workers_) {
@@ -324,7 +320,7 @@ int LocalAgent::wait_ms(bool congested, bool all_exited, const std::optional<dou
 // what came. False when waiting failed.
 bool LocalAgent::wait_and_handle(int sigfd, std::optional<StdinRelay>& relay, bool all_exited,
                                  const std::optional<double>& drain_deadline) {
-  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {control_rd_.get(), POLLIN, 0}};
+  std::vector<pollfd> pfds{{sigfd, POLLIN, 0}, {control_.fd(), POLLIN, 0}};
   int relay_idx = -1;
   if (auto want = relay ? relay->wants() : std::nullopt) {
     relay_idx = static_cast<int>(pfds.size());
@@ -345,9 +341,7 @@ bool LocalAgent::wait_and_handle(int sigfd, std::optional<StdinRelay>& relay, bo
   if (n <= 0) return true;
   if (pfds[0].revents & POLLIN) read_signals(sigfd);
   if (pfds[1].revents & POLLIN) {
-    char drainbuf[64];
-    while (read(control_rd_.get(), drainbuf, sizeof drainbuf) > 0) {
-    }
+    control_.drain();
     take_requests();
   }
   if (relay) relay->step(relay_idx >= 0 ? pfds[relay_idx].revents : 0);

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/wake_pipe.h"
 #include "common/unique_fd.h"
 #include "launcher/blame.h"
 #include "launcher/line_splitter.h"
@@ -164,7 +165,7 @@ class LocalAgent {
   Watchdog* watchdog_;
   ProcessRunner& runner_;
   std::vector<Worker> workers_;
-  UniqueFd control_rd_, control_wr_;
+  WakePipe control_;  // wakes the loop for the requests of other threads
   // What the other threads ask the loop, in the order they asked (one queue, under
   // control_mu_; taken by take_requests).
   struct TeardownRequest {

@@ -90,6 +90,8 @@ struct SrunOutput {
   std::vector<size_t> task_bytes;
   size_t own_bytes = 0;
   std::string last;  // the last line, whoever's
+  bool closed = false;  // both of srun's pipes (under mu)
+  std::condition_variable closed_cv;
   void start(size_t tasks) {
     std::lock_guard<std::mutex> lk(mu);
     by_task.assign(tasks, "");
@@ -120,6 +122,17 @@ struct SrunOutput {
   std::string last_line() {
     std::lock_guard<std::mutex> lk(mu);
     return last;
+  }
+  // srun's pipes both closed: every line it wrote is here.
+  void close() {
+    std::lock_guard<std::mutex> lk(mu);
+    closed = true;
+    closed_cv.notify_all();
+  }
+  // Waits (up to `until`) for close(): srun has ended, its last lines may still be in the pipes.
+  void wait_closed(std::chrono::steady_clock::time_point until) {
+    std::unique_lock<std::mutex> lk(mu);
+    closed_cv.wait_until(lk, until, [this] { return closed; });
   }
 
  private:
@@ -218,6 +231,7 @@ void relay_srun_output(std::shared_ptr<SrunOutput> out, UniqueFd o, UniqueFd e) 
         out->add_line(part[i].substr(0, nl));
     }
   }
+  out->close();
 }
 
 // One `srun` step with one agent per node; the agents connect back to a socket of ours.
@@ -305,6 +319,9 @@ class SrunStarter : public AgentStarter {
       {
         int st = 0;
         if (pid_ > 0 && waitpid(pid_, &st, WNOHANG) == pid_) {
+          // Its last words (the reason the error names) before the error that names them; a
+          // pipe held open by a process srun left behind bounds the wait.
+          out_->wait_closed(std::min(deadline, Clock::now() + std::chrono::seconds(1)));
           std::lock_guard<std::mutex> lk(mu_);
           srun_status_ = st;
           pid_ = -1;

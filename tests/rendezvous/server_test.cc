@@ -422,10 +422,11 @@ std::string reg(int rank, int size, int round, int port = 1000) {
 
 struct ElasticFixture {
   std::string secret = new_secret();
-  std::unique_ptr<Server> server;
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int> left;
+  // Declared last, destroyed first: its thread calls on_rank_left, which uses the above.
+  std::unique_ptr<Server> server;
   ElasticFixture() {
     ServerOptions o;
     o.secret = secret;

@@ -44,6 +44,8 @@ ElasticDriver::ElasticDriver(ElasticOptions opts, double kill_grace, std::vector
 
 ElasticDriver::~ElasticDriver() = default;
 
+bool ElasticDriver::joining(const Proc& p) const { return p.round > settled_round_; }
+
 void ElasticDriver::rank_left(int round, int rank) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -277,7 +279,7 @@ bool ElasticDriver::hosts_changed() const {
 RoundState ElasticDriver::round_state() const {
   RoundState s;
   for (const auto& slot : round_.slots)
-    if (Proc* p = proc_of(slot)) (p->round > settled_round_ ? s.joining : s.workers)[slot.host].push_back(p->end());
+    if (Proc* p = proc_of(slot)) (joining(*p) ? s.joining : s.workers)[slot.host].push_back(p->end());
   s.hosts_changed = !waiting_ && hosts_changed();
   s.resets = resets_;
   s.reset_limit = opts_.reset_limit;
@@ -314,7 +316,7 @@ bool ElasticDriver::act(const RoundVerdict& v) {
 void ElasticDriver::say_joining_stopped() {
   std::string ranks;
   for (const auto& p : procs_)
-    if (p->rank >= 0 && !p->exited && p->round > settled_round_)
+    if (p->rank >= 0 && !p->exited && joining(*p))
       ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
   if (ranks.empty()) return;
   say_reset_line("no commit reported before the job's end");

@@ -112,6 +112,8 @@ class ElasticDriver {
   // one whose rank 0 reported its commit): a worker spawned into a later one is joining
   // (RoundState::joining), and workers that finish before it forms never join it.
   int settled_round_ = 0;
+  // Spawned into a round later than settled_round_ (RoundState::joining).
+  bool joining(const Proc& p) const;
   long long update_seq_ = 0;
   int resets_ = 0;
   std::optional<double> next_discovery_, waiting_since_, kill_at_, cause_at_;

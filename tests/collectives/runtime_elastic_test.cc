@@ -139,13 +139,16 @@ class RuntimeElastic : public ::testing::Test {
 // its new rank and size, and the allreduce there sums both; a:2's hvd_init is HVD_ERR_REMOVED.
 TEST_F(RuntimeElastic, AnUpdateEndingTheRoundResetsTheBlockedCollectivesAndInitJoinsTheNext) {
   write_round(1, 3, {{"a:0", "0 3 0 3 0 1"}, {"a:1", "1 3 1 3 0 1"}, {"a:2", "2 3 2 3 0 1"}});
-  const std::vector<std::string> survivor = {"init", "allreduce", "1", "updates", "async", "1", "shutdown",
+  // "await 1", not "updates": a survivor's allreduce may end first because its peer's ring
+  // was interrupted (kPeerLost, told as HVD_ERR_RESET in an elastic job), before its own
+  // watcher has been told of update 1 (hvd_elastic_updates answers what it was told so far).
+  const std::vector<std::string> survivor = {"init", "allreduce", "1", "await", "1", "async", "1", "shutdown",
                                              "init", "updates", "allreduce", "0", "shutdown"};
   std::vector<std::unique_ptr<Worker>> w;
   for (int i = 0; i < 2; ++i) {
     auto cmds = survivor;
     cmds[2] = std::to_string(10 * (i + 1));  // round 1's value
-    cmds[10] = std::to_string(i + 1);        // round 2's value
+    cmds[11] = std::to_string(i + 1);        // round 2's value
     w.push_back(start("a:" + std::to_string(i), cmds));
   }
   w.push_back(start("a:2", {"init", "pause", "shutdown", "init"}));

@@ -12,7 +12,8 @@
 # or, with a recent torch, in the test itself whatever runs it: UPSTREAM_WITH_TORCH),
 # then each failure, hang, upstream and skip with a one-line reason, then the passed names;
 # each verdict is also kept in
-# $HVDRUN_SUITE_RESULTS/<python>-np<N>/<test id>.
+# $HVDRUN_SUITE_RESULTS/<python>-np<N>/<test id> (a failed or hung test's last 30 lines of
+# output beside it, in <test id>.log).
 #   interpreters ($HVDRUN_SUITE_PYTHONS, default "debian venv"): Debian's /usr/bin/python3
 #   (its torch 1.13) with hvdrun `cmake --install`ed from $BUILD_DIR, and the PyPI torch 2.x
 #   venv of scripts/test-python.sh with hvdrun `pip install`ed into it.
@@ -60,7 +61,10 @@ run_one() {
     --start-timeout "$HVDRUN_SUITE_TIMEOUT" -np "$np" "$py" -m pytest -q -p no:cacheprovider --rootdir "$tmp/test/parallel" "$tmp/test/parallel/$id") \
     >"$out/log" 2>&1 || rc=$?
   python3 "$HELPER" verdict "$out" "$np" "$rc" >"$res/$id"
-  [ "$(cut -d' ' -f1 "$res/$id")" != failed ] || tail -n 30 "$out/log" >"$res/$id.log"
+  case $(cut -d' ' -f1 "$res/$id") in  # a failure's or hang's last output is kept beside it
+    passed|skipped) ;;
+    *) tail -n 30 "$out/log" >"$res/$id.log" ;;
+  esac
   rm -rf "$out"
 }
 export -f run_one

@@ -131,7 +131,8 @@ def summary(res_dir, label, torch_version=""):
     for kind in ("failed", "hung", "upstream", "skipped"):
         for name, reason in rows.get(kind, []):
             print(f"  {kind.upper():7} {name}: {reason}")
-    print("  PASSED  " + " ".join(n.split("::")[-1] for n, _ in rows.get("passed", [])))
+    if rows.get("passed"):
+        print("  PASSED  " + " ".join(n.split("::")[-1] for n, _ in rows["passed"]))
     return 1 if rows.get("failed") or rows.get("hung") else 0
 
 

@@ -32,7 +32,11 @@ void AsyncWriter::write(std::string data) {
     queued_bytes_ += data.size();
     queue_.push_back(std::move(data));
     // The thread starts with the first output: a silent job never pays for it.
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!started_) {
+      started_ = true;
+      thread_ = std::thread([this] { run(); });
+      if (detach_) thread_.detach();
+    }
   }
   cv_.notify_all();
 }
@@ -55,8 +59,13 @@ void AsyncWriter::drain() {
 void AsyncWriter::close_after_queued() {
   std::lock_guard<std::mutex> lk(mu_);
   closing_ = true;
-  if (!thread_.joinable()) owned_.reset();  // nothing was ever queued: no thread to do it
+  if (!started_) owned_.reset();  // nothing was ever queued: no thread to do it
   cv_.notify_all();
+}
+
+void AsyncWriter::detach_thread() {
+  std::lock_guard<std::mutex> lk(mu_);
+  detach_ = true;
 }
 
 void AsyncWriter::on_failure(std::function<void(int err)> fn) {

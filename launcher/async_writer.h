@@ -45,6 +45,10 @@ class AsyncWriter {
   // written, or dropped because a write failed (`failed`: the reader is gone, and what comes
   // later is dropped too). Set before the first write().
   void on_done(std::function<void(size_t bytes, bool failed)> fn);
+  // For a writer that is never destroyed (the agent's of rank 0's stdin, whose thread may
+  // still be blocked writing when the process exits): its thread is detached when it starts,
+  // never joined. Call before the first write().
+  void detach_thread();
 
  private:
   void run();
@@ -62,6 +66,8 @@ class AsyncWriter {
   bool failed_ = false;  // the reader went away (EPIPE): output is dropped from then on
   std::function<void(int)> on_failure_;
   std::function<void(size_t, bool)> on_done_;
+  bool started_ = false;  // the thread was started (it starts with the first write)
+  bool detach_ = false;
   std::thread thread_;
 };
 

@@ -147,8 +147,10 @@ std::atomic<bool> g_stdin_closed{false};
 int g_stdin_wake[2] = {-1, -1};  // the writer's thread wakes the heartbeat thread here
 // Rank 0's stdin: a pipe fed from kStdin frames by a writer thread, so that a rank that
 // does not read never stalls the frames from hvdrun (heartbeats among them). Never
-// destroyed: its thread may still be blocked writing when the agent exits. Held by a
-// static, not a leak to LeakSanitizer (whose report at exit hvdrun shows).
+// destroyed: its thread may still be blocked writing when the agent exits, so it is
+// detached (never joined: once it had ended, at the end of rank 0's stdin, TSan reported
+// it as a leaked thread at the agent's exit). Held by a static, not a leak to
+// LeakSanitizer (whose report at exit hvdrun shows).
 AsyncWriter* g_stdin_writer = nullptr;
 // How long the launcher had been silent when this agent gave it up (0: it did not).
 std::atomic<int> g_lost_contact_s{0};
@@ -243,6 +245,7 @@ Status open_rank0_stdin(AgentOptions& ao, UniqueFd& read_end) {
   if (pipe2(p, O_CLOEXEC) != 0) return {};  // (as before: rank 0 reads nothing)
   read_end.reset(p[0]);
   g_stdin_writer = new AsyncWriter(UniqueFd(p[1]));
+  g_stdin_writer->detach_thread();
   // hvdrun keeps to the window; a launcher that did not would hold the control thread here,
   // not grow this agent's memory.
   g_stdin_writer->set_capacity(agentwire::kStdinWindow);

@@ -248,6 +248,10 @@ Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd) {
   std::string &out = c.out, &err = c.err;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool out_open = true, err_open = true;
+  // Asked to cancel: what the helper has written is read first (it may have answered and
+  // closed its output before the cancel, its output not read yet); cancelled only if its
+  // output is still open once nothing more is there to read.
+  bool cancelling = false;
   while ((out_open || err_open) && !c.timed_out && !c.cancelled) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -255,10 +259,11 @@ Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd) {
       break;
     }
     pollfd fds[3] = {{out_open ? w.out.get() : -1, POLLIN, 0}, {err_open ? w.err.get() : -1, POLLIN, 0},
-                     {cancel_fd, POLLIN, 0}};
-    int r = poll(fds, 3, static_cast<int>(left.count()));
+                     {cancelling ? -1 : cancel_fd, POLLIN, 0}};
+    int r = poll(fds, 3, cancelling ? 0 : static_cast<int>(left.count()));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) break;
+    c.cancelled = cancelling && r == 0;
     char buf[4096];
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -270,7 +275,7 @@ Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd) {
       }
     }
     // (Its pipes still open: its group exists, whoever reaped the helper itself.)
-    c.cancelled = cancel_fd >= 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) && (out_open || err_open);
+    cancelling = cancelling || (cancel_fd >= 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)));
   }
   if (c.timed_out || c.cancelled) kill(-w.pid, SIGKILL);
   // Cancelled: not waited for. A helper at a low priority (SpawnRequest::nice) on a busy host

@@ -48,11 +48,12 @@ struct Captured {
   std::string out, err;
   int status = 0;
   bool timed_out = false;
-  bool cancelled = false;  // `cancel_fd` became readable first (then its group is killed too)
+  bool cancelled = false;  // `cancel_fd` became readable while its output was open (then its group is killed too)
 };
 Result<Captured> run_captured(const SpawnRequest& req, double timeout_s);
 // The same for a helper already spawned (spawn_worker), read here until its end, the
-// time-out or `cancel_fd` (-1: none) becoming readable (then killed and left unreaped).
+// time-out or `cancel_fd` (-1: none) becoming readable (then killed and left unreaped,
+// unless its output, read to what is there, had already ended: then its answer is taken).
 Captured collect_captured(SpawnedWorker& w, double timeout_s, int cancel_fd = -1);
 
 // A wait status as a shell reports it: the exit code, or 128 + the signal.

@@ -92,8 +92,12 @@ TEST(Ring, LeftBecomesReadableWhenTheLeftNeighbourStartsACollective) {
 // 2 ranks, messages from empty to past the ring, the socket buffers and the old 32 KiB
 // eager bound.
 TEST(Ring, AllgatherBytesOfMessagesLargerThanTheChannelDoNotDeadlock) {
+  // A deadlock never moves again: it ends as a time-out (HVDRUN_TIMEOUT's default, 60 s),
+  // not a hang. 5 s was less than a rank may wait here with nothing to move, under ASan and
+  // load: in the mixed ring of 3, rank 2's next step is what rank 1 is still receiving from
+  // rank 0 through the 4 KiB ring (1.5 MB); rank 2 timed out there ("no progress with rank
+  // 1 (host h) for 5 s"), and its closed connections failed the others.
   RingOptions o;
-  o.timeout_s = 5;  // a deadlock ends as a time-out, not a hang
   for (int n : {2, 3}) {
     for (const char* mode : {"unix", "shm", "mixed"}) {
       SCOPED_TRACE(std::to_string(n) + " ranks, " + mode);

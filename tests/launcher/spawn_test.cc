@@ -205,6 +205,30 @@ TEST(SpawnWorker, ExecFailureIsReportedWithItsCode) {
   EXPECT_LE(waitpid(-1, &st, WNOHANG), 0) << "a failed spawn left a child to reap";
 }
 
+// A cancel that comes once a helper has answered and closed its output, before that output
+// was read, takes its answer: only a helper whose output is still open is cancelled (an
+// agent's Python probe that had answered lost its facts to the job's end, under load:
+// RemoteAgent.SendsThePythonFactsOnceTheWorkersRun).
+TEST(CollectCaptured, ACancelAfterTheHelperClosedItsOutputTakesItsAnswer) {
+  auto w = spawn_worker(sh("echo answer; echo note >&2", {}));
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  for (int fd : {w->out.get(), w->err.get()}) {  // both ended (POLLHUP), nothing read yet
+    pollfd p{fd, 0, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1);
+    ASSERT_TRUE(p.revents & POLLHUP);
+  }
+  int cancel[2];
+  ASSERT_EQ(pipe2(cancel, O_CLOEXEC), 0);
+  ASSERT_EQ(write(cancel[1], "x", 1), 1);
+  Captured c = collect_captured(*w, 30, cancel[0]);
+  close(cancel[0]);
+  close(cancel[1]);
+  EXPECT_FALSE(c.cancelled);
+  EXPECT_EQ(c.out, "answer\n");
+  EXPECT_EQ(c.err, "note\n");
+  EXPECT_EQ(exit_code_of(c.status), 0);
+}
+
 TEST(ExitCode, AsAShellReportsIt) {
   EXPECT_EQ(exit_code_of(0), 0);
   EXPECT_EQ(exit_code_of(7 << 8), 7);

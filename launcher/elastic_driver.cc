@@ -92,6 +92,7 @@ bool ElasticDriver::step() {
   reap();
   forget_ended_groups();
   take_left();
+  if (!ending_) take_opened();
   if (!ending_) check_agents();
   if (!ending_) {
     if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
@@ -221,18 +222,31 @@ void ElasticDriver::poll_discovery() {
   open_new_hosts();
 }
 
-// Each usable remote host has its agent: a host whose agent cannot start is blacklisted as
-// a failed one, with a warning.
+// Each usable remote host has its agent, started in the background: until it runs, no
+// round takes the host (opening_), and the loop goes on (a failure elsewhere is acted on).
 void ElasticDriver::open_new_hosts() {
   if (!io_.hosts) return;
   for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {
     if (!io_.hosts->remote(h.host) || lost_.count(h.host)) continue;  // (a lost one: blacklisted next)
-    auto st = io_.hosts->open(h.host);
-    if (st) continue;
-    auto cooldown = blacklist_.add(h.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
-    io_.sink.notice("hvdrun: warning: elastic: " + st.error().message + "; host " + h.host + " blacklisted " +
+    if (io_.hosts->open(h.host)) opening_.insert(h.host);
+  }
+}
+
+// The agents' starts that ended: a started one's host may join the next round; a host whose
+// agent could not start is blacklisted as a failed one, with a warning.
+void ElasticDriver::take_opened() {
+  if (!io_.hosts) return;
+  for (const auto& o : io_.hosts->opened()) {
+    opening_.erase(o.host);
+    if (o.status) continue;
+    auto cooldown = blacklist_.add(o.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
+    io_.sink.notice("hvdrun: warning: elastic: " + o.status.error().message + "; host " + o.host + " blacklisted " +
                     (cooldown ? "for " + std::to_string(static_cast<int>(*cooldown)) + " s" : "for good"));
   }
+}
+
+std::vector<HostSlots> ElasticDriver::round_hosts_now() const {
+  return round_hosts(hosts_, blacklist_, io_.runner.now(), opening_);
 }
 
 // A host whose agent's link dropped, or that was silent past the heartbeat time-out, is
@@ -272,7 +286,7 @@ void ElasticDriver::lose_host(const std::string& host, const std::string& why) {
 }
 
 bool ElasticDriver::hosts_changed() const {
-  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, io_.runner.now()), opts_.max_np);
+  ElasticRound next = next_round(round_.slots, round_hosts_now(), opts_.max_np);
   return next.slots != round_.slots;
 }
 
@@ -370,7 +384,7 @@ void ElasticDriver::kill_host(const std::string& host, std::string& what) {
 
 void ElasticDriver::try_round() {
   double now = io_.runner.now();
-  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, now), opts_.max_np);
+  ElasticRound next = next_round(round_.slots, round_hosts_now(), opts_.max_np);
   WaitVerdict w = judge_wait(static_cast<long long>(next.slots.size()), opts_.min_np, now - *waiting_since_,
                              opts_.timeout);
   if (w.action == WaitVerdict::kGiveUp)

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,8 @@ class ElasticDriver {
   void take_left();
   void poll_discovery();
   void open_new_hosts();
+  void take_opened();
+  std::vector<HostSlots> round_hosts_now() const;
   void check_agents();
   void lose_host(const std::string& host, const std::string& why);
   bool hosts_changed() const;
@@ -138,6 +141,7 @@ class ElasticDriver {
   std::string last_discovery_warning_;
   std::optional<double> agents_due_;  // when the quietest agent's silence would lose its host
   std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
+  std::set<std::string> opening_;  // the new hosts whose agent is being started (no round takes them yet)
 };
 
 }  // namespace hvdrun

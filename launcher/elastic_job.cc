@@ -74,11 +74,13 @@ int ElasticJob::run(const JobPlan& plan, std::vector<std::unique_ptr<RemoteHost>
 Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, AgentStarter& starter,
                                                       const RemoteSettings& rs,
                                                       const std::function<Status(const RemoteHost&)>& admit,
-                                                      const AgentJob& job) {
+                                                      const AgentJob& job, const std::atomic<bool>& abort) {
   auto r = std::make_unique<RemoteHost>(host, rs, starter);
+  r->abort_when(&abort);
   auto deadline = deadline_in(rs.start_timeout);
   if (auto st = starter.begin({host}, deadline); !st) return st.error();
   if (auto st = r->connect(deadline); !st) return st.error();
+  if (abort) return make_error(ErrorKind::kInterrupted, "host " + host + ": the job ended while its agent started");
   if (auto st = admit(*r); !st) return st.error();
   if (auto st = r->prepare(job); !st) return st.error();
   return r;

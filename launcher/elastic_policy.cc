@@ -109,6 +109,14 @@ int HostBlacklist::count(const std::string& host) const {
   return it == hosts_.end() ? 0 : it->second.count;
 }
 
+std::vector<HostSlots> round_hosts(const std::vector<HostSlots>& hosts, const HostBlacklist& blacklist, double now,
+                                   const std::set<std::string>& opening) {
+  std::vector<HostSlots> out;
+  for (const auto& h : blacklist.usable(hosts, now))
+    if (!opening.count(h.host)) out.push_back(h);
+  return out;
+}
+
 namespace {
 
 struct Counts {

@@ -64,6 +64,12 @@ class HostBlacklist {
   std::map<std::string, State> hosts_;
 };
 
+// The hosts a new round may take at `now`: those of `hosts` (in their order) that
+// `blacklist` does not block and whose agent is not still starting (`opening`: a new
+// host's agent starts in the background, and the round goes on without it until it runs).
+std::vector<HostSlots> round_hosts(const std::vector<HostSlots>& hosts, const HostBlacklist& blacklist, double now,
+                                   const std::set<std::string>& opening);
+
 // How each worker of a round ended (or is still running). kExitedEarly: it exited 0 without
 // hvd_shutdown() while others still ran (the runtime tells the driver): a failure.
 enum class WorkerEnd { kRunning, kSucceeded, kFailed, kExitedEarly };

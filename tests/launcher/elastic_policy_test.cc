@@ -80,6 +80,16 @@ TEST(ElasticBlacklist, ForGoodWithoutARange) {
   EXPECT_EQ(b.usable({{"a", 1}, {"b", 2}}, 5), (std::vector<HostSlots>{{"b", 2}}));
 }
 
+// A new round takes the hosts neither blacklisted nor still starting their agent, in
+// discovery's order.
+TEST(ElasticRoundHosts, NeitherBlacklistedNorStartingTheirAgent) {
+  HostBlacklist b(std::make_pair(10, 100));
+  b.add("b", 0, 0);  // 20 s
+  std::vector<HostSlots> hosts{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}};
+  EXPECT_EQ(round_hosts(hosts, b, 5, {"c"}), (std::vector<HostSlots>{{"a", 1}, {"d", 4}}));
+  EXPECT_EQ(round_hosts(hosts, b, 25, {}), hosts);  // b's cooldown over, c's agent runs
+}
+
 TEST(ElasticBlacklist, HorovodsCooldownGrowsAndIsClamped) {
   HostBlacklist b(std::make_pair(10, 100));
   // lo * 2^1 + u * lo: 20 .. 30 s the first time.

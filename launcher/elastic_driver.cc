@@ -28,12 +28,15 @@ struct ElasticDriver::Proc {
   bool killed = false;  // by the driver
   bool group_gone = false;  // exited and its group empty: its id is never signalled again
   bool lost = false;    // its host was lost (its agent dropped or silent): counted as killed
+  int registered = 0;   // the newest round it registered in (hvd_init's rendezvous); 0: none
   UniqueFd pipes[2];
   LineSplitter split[2];
-  WorkerEnd end() const {
-    if (!exited) return WorkerEnd::kRunning;
+  // How it ended, or runs, as a worker of round `round` (elastic_policy.h).
+  WorkerEnd end(int round) const {
+    if (!exited) return registered == round ? WorkerEnd::kRegistered : WorkerEnd::kRunning;
     if (status != 0) return WorkerEnd::kFailed;
-    return left ? WorkerEnd::kExitedEarly : WorkerEnd::kSucceeded;
+    if (left) return WorkerEnd::kExitedEarly;
+    return registered == round ? WorkerEnd::kSucceeded : WorkerEnd::kSucceededEarlier;
   }
 };
 
@@ -66,6 +69,14 @@ void ElasticDriver::commit_reported(int round, long long commit) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     commits_.emplace_back(round, commit);
+  }
+  wake_.wake();
+}
+
+void ElasticDriver::rank_registered(int round, int rank) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    registered_.push_back({round, rank});
   }
   wake_.wake();
 }
@@ -185,12 +196,13 @@ void ElasticDriver::forget_ended_groups() {
 }
 
 void ElasticDriver::take_left() {
-  std::vector<Left> left;
+  std::vector<Left> left, registered;
   std::optional<std::pair<std::string, int>> end;
   std::vector<std::pair<int, long long>> commits;
   {
     std::lock_guard<std::mutex> lk(mu_);
     left.swap(left_);
+    registered.swap(registered_);
     end.swap(end_request_);
     commits.swap(commits_);
   }
@@ -201,9 +213,14 @@ void ElasticDriver::take_left() {
       say_reset_line("");
     }
   for (auto [round, commit] : commits) settled_round_ = std::max(settled_round_, round);
+  auto of_round = [this](const Left& l) -> Proc* {  // (one of an ended round: none)
+    if (l.round != round_no_ || l.rank < 0 || l.rank >= static_cast<int>(round_.slots.size())) return nullptr;
+    return proc_of(round_.slots[l.rank]);
+  };
+  for (const auto& l : registered)
+    if (Proc* p = of_round(l)) p->registered = l.round;
   for (const auto& l : left)
-    if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
-      if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
+    if (Proc* p = of_round(l)) p->left = true;
   if (end) fail(end->first, end->second);
 }
 
@@ -293,7 +310,7 @@ bool ElasticDriver::hosts_changed() const {
 RoundState ElasticDriver::round_state() const {
   RoundState s;
   for (const auto& slot : round_.slots)
-    if (Proc* p = proc_of(slot)) (joining(*p) ? s.joining : s.workers)[slot.host].push_back(p->end());
+    if (Proc* p = proc_of(slot)) (joining(*p) ? s.joining : s.workers)[slot.host].push_back(p->end(round_no_));
   s.hosts_changed = !waiting_ && hosts_changed();
   s.resets = resets_;
   s.reset_limit = opts_.reset_limit;
@@ -306,8 +323,8 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   switch (v.action) {
     case RoundVerdict::kSucceeded:
       ending_ = true;
-      say_joining_stopped();
-      for (auto& p : procs_)  // slots removed but not yet gone, and the joining workers
+      say_unformed_stopped();
+      for (auto& p : procs_)  // slots removed but not yet gone, joining workers, those waiting in hvd_init
         if (!p->group_gone) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
       kill_at_ = io_.runner.now() + kill_grace_;
       return true;
@@ -325,17 +342,18 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   return false;
 }
 
-// The workers finished before the round that added hosts formed: its joining workers are
-// stopped (they would wait for the finished ones in hvd_init until the start time-out).
-void ElasticDriver::say_joining_stopped() {
+// The workers finished before the current round formed (one that added hosts, or one that
+// a failure began while they finished): its workers still running (joining ones, those
+// waiting in hvd_init) are stopped: they would wait for the finished ones until the start
+// time-out.
+void ElasticDriver::say_unformed_stopped() {
   std::string ranks;
   for (const auto& p : procs_)
-    if (p->rank >= 0 && !p->exited && joining(*p))
-      ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
+    if (p->rank >= 0 && !p->exited) ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
   if (ranks.empty()) return;
   say_reset_line("no commit reported before the job's end");
   io_.sink.notice("hvdrun: elastic: the workers finished before round " + std::to_string(round_no_) +
-                  " formed; its joining rank(s) " + ranks + " stopped");
+                  " formed; its rank(s) " + ranks + ", which would wait for them, stopped");
 }
 
 // The failed hosts blacklisted and their other workers killed; the next round as soon as
@@ -372,9 +390,9 @@ void ElasticDriver::kill_host(const std::string& host, std::string& what) {
       killed += (killed.empty() ? "" : ",") + rank;
     } else if (p->lost) {
       killed += (killed.empty() ? "" : ",") + rank;
-    } else if (p->end() == WorkerEnd::kExitedEarly) {
+    } else if (p->end(round_no_) == WorkerEnd::kExitedEarly) {
       what += (what.empty() ? "" : "; ") + ("rank " + rank + " exited with code 0 without hvd_shutdown");
-    } else if (p->end() == WorkerEnd::kFailed) {
+    } else if (p->end(round_no_) == WorkerEnd::kFailed) {
       what += (what.empty() ? "" : "; ") + ("rank " + rank + " " + how_it_ended(p->status));
     }
     p->rank = -1;

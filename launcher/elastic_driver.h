@@ -69,6 +69,8 @@ class ElasticDriver {
   void request_end(std::string message, int code);
   // Thread-safe (the server's callback): rank 0 of round `round` starts it from `commit`.
   void commit_reported(int round, long long commit);
+  // Thread-safe (the server's callback): rank `rank` registered in round `round` (its hvd_init).
+  void rank_registered(int round, int rank);
 
  private:
   struct Proc;
@@ -90,7 +92,7 @@ class ElasticDriver {
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
-  void say_joining_stopped();
+  void say_unformed_stopped();
   bool reset(const RoundVerdict& v);
   void kill_host(const std::string& host, std::string& killed);
   void try_round();
@@ -126,7 +128,8 @@ class ElasticDriver {
   int exit_code_ = 0;
   WakePipe wake_;
   std::mutex mu_;
-  std::vector<Left> left_;  // under mu_
+  std::vector<Left> left_;        // under mu_
+  std::vector<Left> registered_;  // under mu_: (round, rank) registered
   std::optional<std::pair<std::string, int>> end_request_;  // under mu_
   std::vector<std::pair<int, long long>> commits_;          // under mu_: (round, commit) reported
   std::optional<ResetFacts> line_;  // the last reset's line, said once its commit is known

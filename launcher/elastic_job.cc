@@ -58,6 +58,7 @@ rdv::ServerCallbacks ElasticJob::callbacks() {
   // On the server's thread: its round is the one the rank belongs to.
   cb.on_rank_left = [d, s](int rank) { d->rank_left(s->server->round(), rank); };
   cb.on_elastic_commit = [d](int round, long long commit) { d->commit_reported(round, commit); };
+  cb.on_elastic_registered = [d](int round, int rank) { d->rank_registered(round, rank); };
   cb.on_start_timeout = [d](const std::string& message) { d->request_end(message, exit_code::kStartTimeout); };
   return cb;
 }

@@ -204,7 +204,8 @@ TEST(ElasticDriver, WorkersFinishingBeforeARoundThatAddedHostsFormsEndTheJobItsN
   EXPECT_EQ(h.runner.sent[0].target, 1001);
   EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
   EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 10);
-  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its joining rank(s) 1 stopped"))
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would "
+                        "wait for them, stopped"))
       << h.notices();
 }
 
@@ -388,6 +389,43 @@ TEST(ElasticDriver, ANewRemoteHostGetsItsAgentOneThatCannotStartIsBlacklisted) {
       << h.notices();
   EXPECT_TRUE(h.noticed("hvdrun: reset 1: hosts added (b); size 1 -> 2")) << h.notices();
   EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));
+}
+
+// A worker that finishes (exit 0 after hvd_shutdown) while a failure ends its round never
+// joins the next: the survivors registered in it would wait in hvd_init until the start
+// time-out (the job exited 4). As in Horovod one success ends the job: a survivor still in
+// its code (d) is waited for, those registered in the round (c) are stopped, and the job
+// has succeeded. b:0 is SIGKILLed at 5 (round 2: a:0, c:0, d:0, a:0 finished in round 1).
+TEST(ElasticDriver, AWorkerFinishingAsAFailureEndsItsRoundEndsTheJobItsSurvivorsWaitingInTheNextStopped) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(7, 0), killed_at(5), {-1, 0, 0, SIGTERM}, exits(9, 0)};
+  for (int r : {0, 1, 2, 3}) h.runner.at(1, [&d, r] { d->rank_registered(1, r); });
+  h.runner.at(6, [&] { d->rank_registered(2, 1); });  // c:0 in hvd_init of round 2
+  h.runner.at(100, [&] { d->request_end("the test's deadline", 9); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}}, &d), 0) << h.notices();
+  EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=2 1");  // b removed, round 1 ended
+  EXPECT_TRUE(h.store.round(3).empty());
+  ASSERT_EQ(h.runner.sent.size(), 1u) << h.notices();  // c's stop, once d ended
+  EXPECT_EQ(h.runner.sent[0].target, 1002);
+  EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
+  EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 9);
+  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would "
+                        "wait for them, stopped"))
+      << h.notices();
+}
+
+// Once every worker of the round registered in it, one that finishes finished in it: the
+// others train on and are waited for.
+TEST(ElasticDriver, AWorkerFinishingInARoundAllJoinedWaitsForTheOthers) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(7, 0), killed_at(5), exits(12, 0)};
+  for (int r : {0, 1, 2}) h.runner.at(1, [&d, r] { d->rank_registered(1, r); });
+  for (int r : {0, 1}) h.runner.at(6, [&d, r] { d->rank_registered(2, r); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}}, &d), 0) << h.notices();
+  EXPECT_TRUE(h.runner.sent.empty()) << h.notices();  // c ends by itself, at 12
+  EXPECT_FALSE(h.noticed("stopped")) << h.notices();
 }
 
 // A new host's agent starts in the background (an unreachable host holds its start up to

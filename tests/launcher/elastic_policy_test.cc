@@ -121,6 +121,8 @@ constexpr auto R = WorkerEnd::kRunning;
 constexpr auto S = WorkerEnd::kSucceeded;
 constexpr auto F = WorkerEnd::kFailed;
 constexpr auto E = WorkerEnd::kExitedEarly;
+constexpr auto Se = WorkerEnd::kSucceededEarlier;
+constexpr auto Rr = WorkerEnd::kRegistered;
 
 TEST(ElasticRound, AFailedHostIsBlacklistedAndTheJobResets) {
   auto v = judge_round(round_of({{"a", {R, R}}, {"b", {F, R}}}));
@@ -170,6 +172,28 @@ TEST(ElasticRound, AFinishedWorkerEndsTheJobNoNewRoundTheJoiningLeftOut) {
   EXPECT_EQ(judge_round(j).message, "every worker failed");
   j.joining = {{"b", {R}}};
   EXPECT_EQ(judge_round(j).action, RoundVerdict::kReset);
+}
+
+// A worker that finished in the round before (a failure ended it while the worker finished)
+// never joins this one: as in Horovod, its success ends the job; the workers registered in
+// this round wait in hvd_init for nothing and are not waited for (the driver stops them),
+// one still running its code is (it may be finishing too). Found by the last session: they
+// waited until the start time-out, and the job exited 4.
+TEST(ElasticRound, AWorkerThatFinishedBeforeTheRoundBeganEndsTheJobThoseWaitingInItAreNotWaitedFor) {
+  auto s = round_of({{"a", {Se, Rr}}, {"c", {Rr}}});
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);
+  s.workers["d"] = {R};  // not registered in this round yet
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFinishing);
+  s.workers["d"] = {Se};
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);
+  s.workers["d"] = {F};  // a failure of the round's own is the job's
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFailed);
+  // One that finished in this round: the round formed, its registered workers train on.
+  EXPECT_EQ(judge_round(round_of({{"a", {S, Rr}}, {"c", {Rr}}})).action, RoundVerdict::kFinishing);
+  // Before any finished, a registered worker counts as any running one.
+  auto v = judge_round(round_of({{"a", {Rr, Rr}}, {"b", {F}}}));
+  EXPECT_EQ(v.action, RoundVerdict::kReset);
+  EXPECT_EQ(v.blacklist, (std::set<std::string>{"b"}));
 }
 
 TEST(ElasticRound, EndsInHorovodsOrder) {

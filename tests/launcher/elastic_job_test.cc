@@ -111,6 +111,30 @@ TEST(ElasticJob, AHostAddedThroughTheDiscoveryFileJoinsTheRunningJob) {
   EXPECT_EQ(count(o.out, "size=3 batch="), 3) << o.out;
 }
 
+// A worker that finishes while a failure ends its round (rank 0, which finishes once
+// hvdrun has announced round 2) never joins the next round: the job has succeeded, and the
+// survivor that would wait for it in hvd_init (rank 1, whose extra batch the failure of
+// rank 2 ended) is stopped. It waited until the start time-out before (exit 4).
+TEST(ElasticJob, AWorkerFinishingAsAFailureEndsItsRoundEndsTheJobTheSurvivorStopped) {
+  if (kSanitized) GTEST_SKIP() << "a sanitizer build: python3 cannot load its libhvdrun";
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  auto o = elastic_job({"--min-np", "1", "-H", "localhost:2,127.0.0.1:1", "-np", "3"},
+                       {{"EW_BATCHES", "3"}, {"EW_END_KILL_SLOT", "127.0.0.1:0"}, {"EW_EXTRA_SLOT", "localhost:1"},
+                        {"EW_LATE_SLOT", "localhost:0"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_NE(o.err.find("hvdrun: reset 1: host 127.0.0.1 failed (rank 2 was killed by signal 9 (SIGKILL))"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would wait "
+                       "for them, stopped"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(count(o.out, "DONE rank="), 1) << o.out;
+  EXPECT_EQ(count(o.out, "STEP batch=2 rank="), 3) << o.out;  // the last batch on all three
+  EXPECT_EQ(count(o.out, "STEP batch=3 "), 0) << o.out;        // rank 1's extra one never completed
+}
+
 TEST(ElasticJob, EveryHostFailingEndsTheJobNamingTheFirstFailure) {
   // Both fail, in either order: the job fails (after a reset, or at once when both ends are
   // seen together), naming the first failure seen.

@@ -134,6 +134,17 @@ struct Harness {
     for (const auto& n : sink.notices) all += n + "\n";
     return all;
   }
+  // The only signal sent was `pid`'s SIGTERM at `at`: the job's end stopping rank(s) `ranks`
+  // of round `round`, which never formed.
+  void expect_stopped_alone(pid_t pid, double at, int round, const std::string& ranks) const {
+    ASSERT_EQ(runner.sent.size(), 1u) << notices();
+    EXPECT_EQ(runner.sent[0].target, pid);
+    EXPECT_EQ(runner.sent[0].sig, SIGTERM);
+    EXPECT_DOUBLE_EQ(runner.sent[0].at, at);
+    EXPECT_TRUE(noticed("hvdrun: elastic: the workers finished before round " + std::to_string(round) +
+                        " formed; its rank(s) " + ranks + ", which would wait for them, stopped"))
+        << notices();
+  }
   bool killed(pid_t pid) const {
     for (const auto& s : runner.sent)
       if (s.target == pid && s.sig == SIGKILL) return true;
@@ -200,13 +211,7 @@ TEST(ElasticDriver, WorkersFinishingBeforeARoundThatAddedHostsFormsEndTheJobItsN
   EXPECT_EQ(h.run({{"a", 1}}, &d), 0) << h.notices();
   EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));  // none for c
   EXPECT_TRUE(h.store.round(3).empty());
-  ASSERT_EQ(h.runner.sent.size(), 1u);
-  EXPECT_EQ(h.runner.sent[0].target, 1001);
-  EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
-  EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 10);
-  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would "
-                        "wait for them, stopped"))
-      << h.notices();
+  h.expect_stopped_alone(1001, 10, 2, "1");
 }
 
 // Once the round that added hosts has formed (its rank 0 reported its commit), its new
@@ -406,13 +411,7 @@ TEST(ElasticDriver, AWorkerFinishingAsAFailureEndsItsRoundEndsTheJobItsSurvivors
   EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}}, &d), 0) << h.notices();
   EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=2 1");  // b removed, round 1 ended
   EXPECT_TRUE(h.store.round(3).empty());
-  ASSERT_EQ(h.runner.sent.size(), 1u) << h.notices();  // c's stop, once d ended
-  EXPECT_EQ(h.runner.sent[0].target, 1002);
-  EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
-  EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 9);
-  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would "
-                        "wait for them, stopped"))
-      << h.notices();
+  h.expect_stopped_alone(1002, 9, 2, "1");  // c, once d ended
 }
 
 // Once every worker of the round registered in it, one that finishes finished in it: the

@@ -84,6 +84,7 @@ Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, A
   if (abort) return make_error(ErrorKind::kInterrupted, "host " + host + ": the job ended while its agent started");
   if (auto st = admit(*r); !st) return st.error();
   if (auto st = r->prepare(job); !st) return st.error();
+  r->abort_when(nullptr);  // (`abort` ends with its opening)
   return r;
 }
 

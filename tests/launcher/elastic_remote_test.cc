@@ -152,6 +152,7 @@ TEST(ElasticAgents, ANewHostsAgentStartsInTheBackgroundAndTheJobsEndAbortsOneUnd
     std::lock_guard<std::mutex> lk(mu);
     errors[host] = st ? "" : st.error().message;
     if (!st) return st.error();
+    r->abort_when(nullptr);  // (`abort` ends with its opening)
     return r;
   };
   RecordingSink sink;

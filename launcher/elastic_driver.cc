@@ -73,12 +73,12 @@ void ElasticDriver::commit_reported(int round, long long commit) {
   wake_.wake();
 }
 
+// Not woken for it: a worker's end, which wakes the loop, comes after its registers (each
+// told before its round completes), and the loop takes both in one step; a register alone
+// changes a verdict only while a finished worker's round waits (the next turn, <= 1 s).
 void ElasticDriver::rank_registered(int round, int rank) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    registered_.push_back({round, rank});
-  }
-  wake_.wake();
+  std::lock_guard<std::mutex> lk(mu_);
+  registered_.push_back({round, rank});
 }
 
 int ElasticDriver::run(const std::vector<RankInfo>& first) {

@@ -28,12 +28,15 @@ struct ElasticDriver::Proc {
   bool killed = false;  // by the driver
   bool group_gone = false;  // exited and its group empty: its id is never signalled again
   bool lost = false;    // its host was lost (its agent dropped or silent): counted as killed
+  int registered = 0;   // the newest round it registered in (hvd_init's rendezvous); 0: none
   UniqueFd pipes[2];
   LineSplitter split[2];
-  WorkerEnd end() const {
-    if (!exited) return WorkerEnd::kRunning;
+  // How it ended, or runs, as a worker of round `round` (elastic_policy.h).
+  WorkerEnd end(int round) const {
+    if (!exited) return registered == round ? WorkerEnd::kRegistered : WorkerEnd::kRunning;
     if (status != 0) return WorkerEnd::kFailed;
-    return left ? WorkerEnd::kExitedEarly : WorkerEnd::kSucceeded;
+    if (left) return WorkerEnd::kExitedEarly;
+    return registered == round ? WorkerEnd::kSucceeded : WorkerEnd::kSucceededEarlier;
   }
 };
 
@@ -70,6 +73,14 @@ void ElasticDriver::commit_reported(int round, long long commit) {
   wake_.wake();
 }
 
+// Not woken for it: a worker's end, which wakes the loop, comes after its registers (each
+// told before its round completes), and the loop takes both in one step; a register alone
+// changes a verdict only while a finished worker's round waits (the next turn, <= 1 s).
+void ElasticDriver::rank_registered(int round, int rank) {
+  std::lock_guard<std::mutex> lk(mu_);
+  registered_.push_back({round, rank});
+}
+
 int ElasticDriver::run(const std::vector<RankInfo>& first) {
   UniqueFd sigfd = io_.runner.open_signals();
   ElasticRound r;
@@ -92,6 +103,7 @@ bool ElasticDriver::step() {
   reap();
   forget_ended_groups();
   take_left();
+  if (!ending_) take_opened();
   if (!ending_) check_agents();
   if (!ending_) {
     if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
@@ -184,12 +196,13 @@ void ElasticDriver::forget_ended_groups() {
 }
 
 void ElasticDriver::take_left() {
-  std::vector<Left> left;
+  std::vector<Left> left, registered;
   std::optional<std::pair<std::string, int>> end;
   std::vector<std::pair<int, long long>> commits;
   {
     std::lock_guard<std::mutex> lk(mu_);
     left.swap(left_);
+    registered.swap(registered_);
     end.swap(end_request_);
     commits.swap(commits_);
   }
@@ -200,9 +213,14 @@ void ElasticDriver::take_left() {
       say_reset_line("");
     }
   for (auto [round, commit] : commits) settled_round_ = std::max(settled_round_, round);
+  auto of_round = [this](const Left& l) -> Proc* {  // (one of an ended round: none)
+    if (l.round != round_no_ || l.rank < 0 || l.rank >= static_cast<int>(round_.slots.size())) return nullptr;
+    return proc_of(round_.slots[l.rank]);
+  };
+  for (const auto& l : registered)
+    if (Proc* p = of_round(l)) p->registered = l.round;
   for (const auto& l : left)
-    if (l.round == round_no_ && l.rank >= 0 && l.rank < static_cast<int>(round_.slots.size()))
-      if (Proc* p = proc_of(round_.slots[l.rank])) p->left = true;
+    if (Proc* p = of_round(l)) p->left = true;
   if (end) fail(end->first, end->second);
 }
 
@@ -221,18 +239,31 @@ void ElasticDriver::poll_discovery() {
   open_new_hosts();
 }
 
-// Each usable remote host has its agent: a host whose agent cannot start is blacklisted as
-// a failed one, with a warning.
+// Each usable remote host has its agent, started in the background: until it runs, no
+// round takes the host (opening_), and the loop goes on (a failure elsewhere is acted on).
 void ElasticDriver::open_new_hosts() {
   if (!io_.hosts) return;
   for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {
     if (!io_.hosts->remote(h.host) || lost_.count(h.host)) continue;  // (a lost one: blacklisted next)
-    auto st = io_.hosts->open(h.host);
-    if (st) continue;
-    auto cooldown = blacklist_.add(h.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
-    io_.sink.notice("hvdrun: warning: elastic: " + st.error().message + "; host " + h.host + " blacklisted " +
+    if (io_.hosts->open(h.host)) opening_.insert(h.host);
+  }
+}
+
+// The agents' starts that ended: a started one's host may join the next round; a host whose
+// agent could not start is blacklisted as a failed one, with a warning.
+void ElasticDriver::take_opened() {
+  if (!io_.hosts) return;
+  for (const auto& o : io_.hosts->opened()) {
+    opening_.erase(o.host);
+    if (o.status) continue;
+    auto cooldown = blacklist_.add(o.host, io_.runner.now(), io_.random ? io_.random() : 0.5);
+    io_.sink.notice("hvdrun: warning: elastic: " + o.status.error().message + "; host " + o.host + " blacklisted " +
                     (cooldown ? "for " + std::to_string(static_cast<int>(*cooldown)) + " s" : "for good"));
   }
+}
+
+std::vector<HostSlots> ElasticDriver::round_hosts_now() const {
+  return round_hosts(hosts_, blacklist_, io_.runner.now(), opening_);
 }
 
 // A host whose agent's link dropped, or that was silent past the heartbeat time-out, is
@@ -272,14 +303,14 @@ void ElasticDriver::lose_host(const std::string& host, const std::string& why) {
 }
 
 bool ElasticDriver::hosts_changed() const {
-  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, io_.runner.now()), opts_.max_np);
+  ElasticRound next = next_round(round_.slots, round_hosts_now(), opts_.max_np);
   return next.slots != round_.slots;
 }
 
 RoundState ElasticDriver::round_state() const {
   RoundState s;
   for (const auto& slot : round_.slots)
-    if (Proc* p = proc_of(slot)) (joining(*p) ? s.joining : s.workers)[slot.host].push_back(p->end());
+    if (Proc* p = proc_of(slot)) (joining(*p) ? s.joining : s.workers)[slot.host].push_back(p->end(round_no_));
   s.hosts_changed = !waiting_ && hosts_changed();
   s.resets = resets_;
   s.reset_limit = opts_.reset_limit;
@@ -292,8 +323,8 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   switch (v.action) {
     case RoundVerdict::kSucceeded:
       ending_ = true;
-      say_joining_stopped();
-      for (auto& p : procs_)  // slots removed but not yet gone, and the joining workers
+      say_unformed_stopped();
+      for (auto& p : procs_)  // slots removed but not yet gone, joining workers, those waiting in hvd_init
         if (!p->group_gone) io_.runner.signal_group(p->pid, SIGTERM), p->killed = true;
       kill_at_ = io_.runner.now() + kill_grace_;
       return true;
@@ -311,17 +342,18 @@ bool ElasticDriver::act(const RoundVerdict& v) {
   return false;
 }
 
-// The workers finished before the round that added hosts formed: its joining workers are
-// stopped (they would wait for the finished ones in hvd_init until the start time-out).
-void ElasticDriver::say_joining_stopped() {
+// The workers finished before the current round formed (one that added hosts, or one that
+// a failure began while they finished): its workers still running (joining ones, those
+// waiting in hvd_init) are stopped: they would wait for the finished ones until the start
+// time-out.
+void ElasticDriver::say_unformed_stopped() {
   std::string ranks;
   for (const auto& p : procs_)
-    if (p->rank >= 0 && !p->exited && joining(*p))
-      ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
+    if (p->rank >= 0 && !p->exited) ranks += (ranks.empty() ? "" : ",") + std::to_string(p->rank);
   if (ranks.empty()) return;
   say_reset_line("no commit reported before the job's end");
   io_.sink.notice("hvdrun: elastic: the workers finished before round " + std::to_string(round_no_) +
-                  " formed; its joining rank(s) " + ranks + " stopped");
+                  " formed; its rank(s) " + ranks + ", which would wait for them, stopped");
 }
 
 // The failed hosts blacklisted and their other workers killed; the next round as soon as
@@ -358,9 +390,9 @@ void ElasticDriver::kill_host(const std::string& host, std::string& what) {
       killed += (killed.empty() ? "" : ",") + rank;
     } else if (p->lost) {
       killed += (killed.empty() ? "" : ",") + rank;
-    } else if (p->end() == WorkerEnd::kExitedEarly) {
+    } else if (p->end(round_no_) == WorkerEnd::kExitedEarly) {
       what += (what.empty() ? "" : "; ") + ("rank " + rank + " exited with code 0 without hvd_shutdown");
-    } else if (p->end() == WorkerEnd::kFailed) {
+    } else if (p->end(round_no_) == WorkerEnd::kFailed) {
       what += (what.empty() ? "" : "; ") + ("rank " + rank + " " + how_it_ended(p->status));
     }
     p->rank = -1;
@@ -370,7 +402,7 @@ void ElasticDriver::kill_host(const std::string& host, std::string& what) {
 
 void ElasticDriver::try_round() {
   double now = io_.runner.now();
-  ElasticRound next = next_round(round_.slots, blacklist_.usable(hosts_, now), opts_.max_np);
+  ElasticRound next = next_round(round_.slots, round_hosts_now(), opts_.max_np);
   WaitVerdict w = judge_wait(static_cast<long long>(next.slots.size()), opts_.min_np, now - *waiting_since_,
                              opts_.timeout);
   if (w.action == WaitVerdict::kGiveUp)

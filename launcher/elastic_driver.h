@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,8 @@ class ElasticDriver {
   void request_end(std::string message, int code);
   // Thread-safe (the server's callback): rank 0 of round `round` starts it from `commit`.
   void commit_reported(int round, long long commit);
+  // Thread-safe (the server's callback): rank `rank` registered in round `round` (its hvd_init).
+  void rank_registered(int round, int rank);
 
  private:
   struct Proc;
@@ -82,12 +85,14 @@ class ElasticDriver {
   void take_left();
   void poll_discovery();
   void open_new_hosts();
+  void take_opened();
+  std::vector<HostSlots> round_hosts_now() const;
   void check_agents();
   void lose_host(const std::string& host, const std::string& why);
   bool hosts_changed() const;
   RoundState round_state() const;
   bool act(const RoundVerdict& v);
-  void say_joining_stopped();
+  void say_unformed_stopped();
   bool reset(const RoundVerdict& v);
   void kill_host(const std::string& host, std::string& killed);
   void try_round();
@@ -123,7 +128,8 @@ class ElasticDriver {
   int exit_code_ = 0;
   WakePipe wake_;
   std::mutex mu_;
-  std::vector<Left> left_;  // under mu_
+  std::vector<Left> left_;        // under mu_
+  std::vector<Left> registered_;  // under mu_: (round, rank) registered
   std::optional<std::pair<std::string, int>> end_request_;  // under mu_
   std::vector<std::pair<int, long long>> commits_;          // under mu_: (round, commit) reported
   std::optional<ResetFacts> line_;  // the last reset's line, said once its commit is known
@@ -138,6 +144,7 @@ class ElasticDriver {
   std::string last_discovery_warning_;
   std::optional<double> agents_due_;  // when the quietest agent's silence would lose its host
   std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
+  std::set<std::string> opening_;  // the new hosts whose agent is being started (no round takes them yet)
 };
 
 }  // namespace hvdrun

@@ -58,6 +58,7 @@ rdv::ServerCallbacks ElasticJob::callbacks() {
   // On the server's thread: its round is the one the rank belongs to.
   cb.on_rank_left = [d, s](int rank) { d->rank_left(s->server->round(), rank); };
   cb.on_elastic_commit = [d](int round, long long commit) { d->commit_reported(round, commit); };
+  cb.on_elastic_registered = [d](int round, int rank) { d->rank_registered(round, rank); };
   cb.on_start_timeout = [d](const std::string& message) { d->request_end(message, exit_code::kStartTimeout); };
   return cb;
 }
@@ -74,13 +75,16 @@ int ElasticJob::run(const JobPlan& plan, std::vector<std::unique_ptr<RemoteHost>
 Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, AgentStarter& starter,
                                                       const RemoteSettings& rs,
                                                       const std::function<Status(const RemoteHost&)>& admit,
-                                                      const AgentJob& job) {
+                                                      const AgentJob& job, const std::atomic<bool>& abort) {
   auto r = std::make_unique<RemoteHost>(host, rs, starter);
+  r->abort_when(&abort);
   auto deadline = deadline_in(rs.start_timeout);
   if (auto st = starter.begin({host}, deadline); !st) return st.error();
   if (auto st = r->connect(deadline); !st) return st.error();
+  if (abort) return make_error(ErrorKind::kInterrupted, "host " + host + ": the job ended while its agent started");
   if (auto st = admit(*r); !st) return st.error();
   if (auto st = r->prepare(job); !st) return st.error();
+  r->abort_when(nullptr);  // (`abort` ends with its opening)
   return r;
 }
 

@@ -45,12 +45,13 @@ class ElasticJob {
   std::unique_ptr<ElasticDriver> driver_;
 };
 
-// A host that discovery names while an elastic job runs: its agent started through
-// `starter` by the start time-out, `admit` (the pre-flight check of its hello, its
-// addresses planned) and `job` (AgentJob::elastic) prepared there. Errors name the host.
+// A host that discovery names while an elastic job runs (on its opening thread): its agent
+// started through `starter` by the start time-out, `admit` (the pre-flight check of its
+// hello, its addresses planned) and `job` (AgentJob::elastic) prepared there; given up soon
+// after `abort` is set. Errors name the host.
 Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, AgentStarter& starter,
                                                       const RemoteSettings& rs,
                                                       const std::function<Status(const RemoteHost&)>& admit,
-                                                      const AgentJob& job);
+                                                      const AgentJob& job, const std::atomic<bool>& abort);
 
 }  // namespace hvdrun

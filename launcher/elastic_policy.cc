@@ -109,20 +109,36 @@ int HostBlacklist::count(const std::string& host) const {
   return it == hosts_.end() ? 0 : it->second.count;
 }
 
+std::vector<HostSlots> round_hosts(const std::vector<HostSlots>& hosts, const HostBlacklist& blacklist, double now,
+                                   const std::set<std::string>& opening) {
+  std::vector<HostSlots> out;
+  for (const auto& h : blacklist.usable(hosts, now))
+    if (!opening.count(h.host)) out.push_back(h);
+  return out;
+}
+
 namespace {
 
 struct Counts {
   int running = 0, succeeded = 0, failed = 0, all = 0;
+  int earlier = 0;     // of succeeded: kSucceededEarlier
+  int registered = 0;  // of running: kRegistered
 };
+
+bool succeeded(WorkerEnd e) { return e == WorkerEnd::kSucceeded || e == WorkerEnd::kSucceededEarlier; }
 
 Counts count_ends(const std::map<std::string, std::vector<WorkerEnd>>& workers, std::set<std::string>& failed_hosts) {
   Counts c;
   for (const auto& [host, ends] : workers)
     for (WorkerEnd e : ends) {
       c.all++;
-      if (e == WorkerEnd::kRunning) c.running++;
-      else if (e == WorkerEnd::kSucceeded) c.succeeded++;
-      else {
+      if (e == WorkerEnd::kRunning || e == WorkerEnd::kRegistered) {
+        c.running++;
+        c.registered += e == WorkerEnd::kRegistered;
+      } else if (succeeded(e)) {
+        c.succeeded++;
+        c.earlier += e == WorkerEnd::kSucceededEarlier;
+      } else {
         c.failed++;
         failed_hosts.insert(host);
       }
@@ -137,6 +153,16 @@ RoundVerdict failed(std::string why) {
   return v;
 }
 
+// A worker finished (and none failed): the job has succeeded once no other worker runs;
+// when one finished before this round began, the round never forms, and those registered in
+// it wait for nothing.
+RoundVerdict finished_verdict(const Counts& c) {
+  RoundVerdict v;
+  int waited_for = c.running - (c.earlier > 0 ? c.registered : 0);
+  v.action = waited_for == 0 ? RoundVerdict::kSucceeded : RoundVerdict::kFinishing;
+  return v;
+}
+
 // The verdict over s.workers (s.joining left out).
 RoundVerdict judge_workers(const RoundState& s) {
   RoundVerdict v;
@@ -145,10 +171,7 @@ RoundVerdict judge_workers(const RoundState& s) {
   if (c.succeeded > 0 && c.failed > 0)
     return failed(std::to_string(c.failed) + " worker(s) failed after " + std::to_string(c.succeeded) +
                   " finished: a finished training is not reset");
-  if (c.succeeded > 0) {
-    v.action = c.running == 0 ? RoundVerdict::kSucceeded : RoundVerdict::kFinishing;
-    return v;
-  }
+  if (c.succeeded > 0) return finished_verdict(c);
   if (c.failed == 0 && !s.hosts_changed) return v;
   if (c.all > 0 && c.failed == c.all) return failed("every worker failed");
   v.blacklist = failed_hosts;
@@ -174,7 +197,7 @@ RoundVerdict judge_workers(const RoundState& s) {
 RoundVerdict judge_round(const RoundState& s) {
   bool finished = false;
   for (const auto& [host, ends] : s.workers)
-    finished = finished || std::count(ends.begin(), ends.end(), WorkerEnd::kSucceeded) > 0;
+    finished = finished || std::any_of(ends.begin(), ends.end(), succeeded);
   if (finished || s.joining.empty()) return judge_workers(s);
   RoundState all = s;  // no worker finished: the joining ones count as any other
   for (const auto& [host, ends] : s.joining) all.workers[host].insert(all.workers[host].end(), ends.begin(), ends.end());

@@ -64,9 +64,18 @@ class HostBlacklist {
   std::map<std::string, State> hosts_;
 };
 
+// The hosts a new round may take at `now`: those of `hosts` (in their order) that
+// `blacklist` does not block and whose agent is not still starting (`opening`: a new
+// host's agent starts in the background, and the round goes on without it until it runs).
+std::vector<HostSlots> round_hosts(const std::vector<HostSlots>& hosts, const HostBlacklist& blacklist, double now,
+                                   const std::set<std::string>& opening);
+
 // How each worker of a round ended (or is still running). kExitedEarly: it exited 0 without
 // hvd_shutdown() while others still ran (the runtime tells the driver): a failure.
-enum class WorkerEnd { kRunning, kSucceeded, kFailed, kExitedEarly };
+// kSucceededEarlier: it exited 0 after hvd_shutdown() without having registered in this
+// round (it finished in an earlier one, which a failure then ended): this round never forms.
+// kRegistered: running, registered in this round (in its hvd_init(), or past it).
+enum class WorkerEnd { kRunning, kSucceeded, kFailed, kExitedEarly, kSucceededEarlier, kRegistered };
 
 // What the driver does when a round's worker has ended or membership changed.
 struct RoundVerdict {
@@ -91,7 +100,11 @@ struct RoundState {
 // done, as in Horovod (one success stops the driver) and torchrun (a succeeded group closes
 // the rendezvous). No new round follows (hosts added or removed make none); the others of
 // its round are waited for (kFinishing), and if one of them then fails the job fails (a
-// finished training is not reset); when none runs, success. The joining workers are left
+// finished training is not reset); when none runs, success. A worker that succeeded
+// without joining the round (kSucceededEarlier) means the round never forms: its workers
+// registered in it would wait in hvd_init for good (Horovod's READY ones, which its driver
+// stops once every worker has recorded a state): they are not waited for, and the job has
+// succeeded once no other worker of the round runs (the driver stops them). The joining workers are left
 // out (the driver stops them at the job's end): the finished workers will never join their
 // round. A worker that exited early is a failure (in Horovod one success ends the job: its
 // #1994). On failures: every worker failed, or every host of the round blacklisted, or the

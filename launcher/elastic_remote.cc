@@ -24,6 +24,13 @@ struct ElasticAgents::Session {
   double last_beat = 0;  // the relay thread's
 };
 
+// A new host's agent being started, on its thread; `result` set (under mu_) when it ends.
+struct ElasticAgents::Opening {
+  std::thread thread;
+  std::atomic<bool> abort{false};
+  std::optional<Result<std::unique_ptr<RemoteHost>>> result;
+};
+
 struct ElasticAgents::Worker {
   std::string host;
   UniqueFd pipes[2];        // the write ends of the pipes the driver reads (non-blocking)
@@ -37,6 +44,7 @@ ElasticAgents::ElasticAgents(Opener opener, OutputSink& sink, double heartbeat_t
 ElasticAgents::~ElasticAgents() { close_all(); }
 
 void ElasticAgents::close_all() {
+  abort_openings();
   std::vector<std::string> hosts;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -69,17 +77,63 @@ void ElasticAgents::add(std::unique_ptr<RemoteHost> host) {
   });
 }
 
-Status ElasticAgents::open(const std::string& host) {
+bool ElasticAgents::open(const std::string& host) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (openings_.count(host)) return true;
+  auto it = sessions_.find(host);
+  if (it != sessions_.end() && !it->second->dropped) return false;
+  auto o = std::make_unique<Opening>();
+  Opening* raw = o.get();
+  openings_[host] = std::move(o);
+  raw->thread = std::thread([this, raw, host] {
+    auto r = opener_(host, raw->abort);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      raw->result = std::move(r);
+    }
+    wake_.wake();
+  });
+  return true;
+}
+
+// Each ended start's thread joined; a started agent's link replaces a lost host's old one.
+std::vector<ElasticHosts::Opened> ElasticAgents::opened() {
+  std::vector<std::pair<std::string, std::unique_ptr<Opening>>> ended;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = sessions_.find(host);
-    if (it != sessions_.end() && !it->second->dropped) return {};
+    for (auto it = openings_.begin(); it != openings_.end();) {
+      if (!it->second->result) {
+        ++it;
+        continue;
+      }
+      ended.emplace_back(it->first, std::move(it->second));
+      it = openings_.erase(it);
+    }
   }
-  auto r = opener_(host);
-  if (!r) return r.error();
-  close(host);  // a lost host's old link, if any
-  add(std::move(*r));
-  return {};
+  std::vector<Opened> out;
+  for (auto& [host, o] : ended) {
+    o->thread.join();
+    if (!*o->result) {
+      out.push_back({host, o->result->error()});
+      continue;
+    }
+    close(host);  // a lost host's old link, if any
+    add(std::move(**o->result));
+    out.push_back({host, {}});
+  }
+  return out;
+}
+
+// The starts under way told to give up, and waited for: what they made (a link, an agent
+// started) is dropped with them.
+void ElasticAgents::abort_openings() {
+  std::map<std::string, std::unique_ptr<Opening>> pending;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending.swap(openings_);
+  }
+  for (auto& [host, o] : pending) o->abort = true;
+  for (auto& [host, o] : pending) o->thread.join();
 }
 
 ElasticHosts::Liveness ElasticAgents::liveness(const std::string& host) {

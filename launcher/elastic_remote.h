@@ -4,9 +4,11 @@
 // agent (kSpawn), its "pid" an id above any real pid (kFirstRemoteId), its signals sent as
 // kKill, its output written into pipes the driver reads as a local worker's, its end
 // (kEnded) reaped with its wait status. One relay thread per host's agent: heartbeats both
-// ways, and its link's drop said by liveness().
+// ways, and its link's drop said by liveness(). A new host's agent starts on a thread of its
+// own (open()); close_all() aborts and joins the starts still under way.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,8 +25,10 @@ namespace hvdrun {
 
 class ElasticAgents : public ProcessRunner, public ElasticHosts {
  public:
-  // Starts a new host's agent: connected, checked, its job (AgentJob::elastic) prepared.
-  using Opener = std::function<Result<std::unique_ptr<RemoteHost>>(const std::string& host)>;
+  // Starts a new host's agent: connected, checked, its job (AgentJob::elastic) prepared. On
+  // an opening thread; it gives up (an error) soon after `abort` is set.
+  using Opener =
+      std::function<Result<std::unique_ptr<RemoteHost>>(const std::string& host, const std::atomic<bool>& abort)>;
   static constexpr pid_t kFirstRemoteId = 1 << 23;  // above pid_max's limit (2^22)
 
   // `wake`: what wakes the driver's wait when a remote worker ends or a link drops.
@@ -32,12 +36,14 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   ~ElasticAgents() override;
   // A host of the first round, connected and prepared: its workers start with kStart.
   void add(std::unique_ptr<RemoteHost> host);
-  // Every agent's link closed (they end what still runs there).
+  // Every agent's link closed (they end what still runs there); the starts under way
+  // aborted and their threads joined (what they started ends with its link).
   void close_all();
 
   // ElasticHosts
   bool remote(const std::string& host) const override;
-  Status open(const std::string& host) override;
+  bool open(const std::string& host) override;
+  std::vector<Opened> opened() override;
   Liveness liveness(const std::string& host) override;
   void close(const std::string& host) override;
   double heartbeat_timeout() const override { return heartbeat_timeout_; }
@@ -63,6 +69,8 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
  private:
   struct Session;
   struct Worker;
+  struct Opening;
+  void abort_openings();
   Session* session_of(const std::string& host);
   bool relay_once(Session& s);
   void take_frame(Session& s, const agentwire::Frame& f);
@@ -77,6 +85,7 @@ class ElasticAgents : public ProcessRunner, public ElasticHosts {
   WakePipe wake_;
   mutable std::mutex mu_;  // guards what follows and each Session's queue and state
   std::map<std::string, std::unique_ptr<Session>> sessions_;
+  std::map<std::string, std::unique_ptr<Opening>> openings_;  // the agents being started, by host
   std::map<pid_t, std::unique_ptr<Worker>> workers_;  // the remote ones running, by id
   std::vector<std::pair<pid_t, int>> reaped_;
   pid_t next_id_ = kFirstRemoteId;

@@ -102,7 +102,7 @@ struct JobRun {
   int run_the_workers();
   SpawnRequest elastic_launch(const RankInfo& r, int round, const ElasticSlot& slot);
   AgentJob agent_job_for(const std::string& host) const;
-  Result<std::unique_ptr<RemoteHost>> open_new_host(const std::string& host);
+  Result<std::unique_ptr<RemoteHost>> open_new_host(const std::string& host, const std::atomic<bool>& abort);
   Status admit_new_host(const RemoteHost& r);
   int merge_the_timeline(int code);
 
@@ -130,6 +130,7 @@ struct JobRun {
   double heartbeat_timeout = 0;
   AddressingInput ai;
   std::optional<Addressing> addressing;
+  std::mutex new_host_mu;  // an elastic job's: ai, addressing and the pre-flight's, once its driver runs
   std::optional<std::unique_ptr<TaggedOutput>> sink;
   std::optional<ScopedJobLogger> job_logger;  // hvdrun's log lines queue behind the workers' output
   std::optional<OnceNoticeSink> job_sink;
@@ -371,7 +372,8 @@ JobRun::Stop JobRun::open_the_output() {
   if (!opts.elastic.enabled) return {};
   auto made = ElasticJob::create(
       opts, *plan, *job_sink, [this](const RankInfo& r, int n, const ElasticSlot& s) { return elastic_launch(r, n, s); },
-      [this](const std::string& host) { return open_new_host(host); }, heartbeat_timeout,
+      [this](const std::string& host, const std::atomic<bool>& abort) { return open_new_host(host, abort); },
+      heartbeat_timeout,
       watchdog ? &*watchdog : nullptr);
   if (!made) return fail(made.error());
   elastic = std::move(*made);
@@ -560,26 +562,30 @@ SpawnRequest JobRun::elastic_launch(const RankInfo& r, int round, const ElasticS
   SpawnRequest q;
   q.exe = exe;
   q.argv = opts.command;
-  q.env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, env_of_host(base, *addressing, r.host), r,
-                                          r.host_index));
+  std::unique_lock<std::mutex> lk(new_host_mu);
+  JobEnv host_env = env_of_host(base, *addressing, r.host);
+  lk.unlock();
+  q.env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, host_env, r, r.host_index));
   for (auto& v : elastic_worker_env(round, slot)) q.env.push_back(std::move(v));
   q.register_fd = watchdog ? watchdog->fd() : -1;
   return q;
 }
 
-// A host that discovery names while the elastic job runs (on the driver's thread): its
-// agent started and checked (admit_new_host); its job's one rank, for the program's check,
-// has the first rank's environment.
-Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& host) {
+// A host that discovery names while the elastic job runs (on its opening thread, while
+// the driver's goes on): its agent started and checked (admit_new_host); its job's one
+// rank, for the program's check, has the first rank's environment.
+Result<std::unique_ptr<RemoteHost>> JobRun::open_new_host(const std::string& host, const std::atomic<bool>& abort) {
   AgentJob job = agent_job_for(host);
   auto env = env_to_strings(build_worker_env(launcher_env, plan->env_overrides, base, plan->ranks[0], 0));
   job.ranks = {{0, opts.command, std::move(env)}};
-  return open_elastic_host(host, *starter, rs, [this](const RemoteHost& r) { return admit_new_host(r); }, job);
+  return open_elastic_host(host, *starter, rs, [this](const RemoteHost& r) { return admit_new_host(r); }, job, abort);
 }
 
 // The pre-flight check of a new host's hello against the job's hosts (its errors refuse
-// it), then its addresses planned as the first hosts' were.
+// it), then its addresses planned as the first hosts' were (under new_host_mu: opening
+// threads, and the driver's elastic_launch, which reads the addresses).
 Status JobRun::admit_new_host(const RemoteHost& r) {
+  std::lock_guard<std::mutex> lk(new_host_mu);
   if (ai.remotes.empty() && opts.network_interface.empty())  // (plan_addressing chose loopback for all)
     return make_error(ErrorKind::kUsage, "host " + r.host() + ": the job started on this machine's hosts alone, whose "
                                          "ranks use loopback addresses; give --network-interface to add other hosts");

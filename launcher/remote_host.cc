@@ -81,9 +81,15 @@ std::string RemoteHost::describe_exit(const std::string& what) {
   return msg;
 }
 
+Status RemoteHost::check_abort() const {
+  if (abort_ && abort_->load()) return make_error(ErrorKind::kInterrupted, "host " + host_ + ": the job ended while its agent started");
+  return {};
+}
+
 Result<agentwire::Frame> RemoteHost::next_frame(std::chrono::steady_clock::time_point deadline) {
   while (true) {
     if (auto f = reader_.next()) return *std::move(f);
+    if (auto st = check_abort(); !st) return st.error();
     int ms = ms_until(deadline);
     if (ms <= 0)
       return make_error(ErrorKind::kTimeout, link_->label() + ": no answer from the agent within --start-timeout (" +
@@ -113,6 +119,7 @@ Status RemoteHost::write_by(std::string_view data, std::chrono::steady_clock::ti
   while (!data.empty()) {
     size_t room = link_->write_room();
     if (room == 0) {
+      if (auto st = check_abort(); !st) return st;
       if (ms_until(deadline) <= 0)
         return error_of(ErrorKind::kLaunchFailed,
                         describe_exit(link_->label() + ": the agent did not take the job within --start-timeout (" +

@@ -42,6 +42,10 @@ class RemoteHost : public RemoteControl, public StdinSink {
   // Starts the agent (through the starter); waits for its hello, all by `deadline`
   // (the start time-out). One-line errors that name the host.
   Status connect(std::chrono::steady_clock::time_point deadline);
+  // connect() and prepare() give up (an error) within 200 ms of `*abort` set while they wait
+  // for the agent (an elastic job that ends while this host's agent starts); `abort`
+  // outlives them.
+  void abort_when(const std::atomic<bool>* abort) { abort_ = abort; }
   const AgentHello& hello() const { return hello_; }
   // How far at least the host's clock is off ours: its clock in the hello against ours from
   // from before the agent was started (this object made) to when the hello came (0 when it
@@ -128,6 +132,8 @@ class RemoteHost : public RemoteControl, public StdinSink {
   uint64_t stdin_in_flight_ = 0;  // relay thread: stdin sent that rank 0 has not taken yet
   bool stdin_closed_ = false;     // relay thread: rank 0's stdin is closed (the agent said)
   std::atomic<bool> finished_{false};
+  const std::atomic<bool>* abort_ = nullptr;
+  Status check_abort() const;
   size_t stderr_shown_ = 0;  // how much of the agent's stderr has been relayed
 };
 

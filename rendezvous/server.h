@@ -58,6 +58,9 @@ struct ServerCallbacks {
   // A rank of the current elastic round set kElasticCommitKeyPrefix + its round to the
   // commit the round starts from.
   std::function<void(int round, long long commit)> on_elastic_commit;
+  // Rank `rank` registered in elastic round `round` (called before any rank is told that
+  // the round's registration is complete).
+  std::function<void(int round, int rank)> on_elastic_registered;
 };
 
 

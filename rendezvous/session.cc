@@ -222,6 +222,7 @@ bool Session::on_register(const Frame& f) {
   s.owner[rank_] = shared_from_this();
   s.peers[rank_] = PeerInfo{q->rank, q->host, q->addr, q->port};
   s.pending_register.push_back(shared_from_this());
+  if (elastic_round_ > 0 && s.cbs.on_elastic_registered) s.cbs.on_elastic_registered(elastic_round_, rank_);
   if (round_ == 1) s.on_registered();
   else s.on_reregistered(round_);
   return true;

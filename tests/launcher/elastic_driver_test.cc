@@ -17,9 +17,13 @@ namespace hvdrun {
 namespace {
 
 struct RecordingStore : ElasticStore {
+  explicit RecordingStore(FakeProcessRunner& r) : runner(r) {}
+  FakeProcessRunner& runner;
   std::vector<std::string> log;  // "begin N size" and "key=value", in order
+  std::map<int, double> begun_at;  // round -> the virtual time the server began it
   void begin_round(int round, const std::vector<RankInfo>& ranks) override {
     log.push_back("begin " + std::to_string(round) + " " + std::to_string(ranks.size()));
+    begun_at[round] = runner.now();
   }
   Status set(const std::string& key, const std::string& value) override {
     log.push_back(key + "=" + value);
@@ -38,18 +42,33 @@ struct RecordingStore : ElasticStore {
 };
 
 // Remote hosts' agents in the runner's virtual time: a host's link drops, or it falls silent,
-// from a moment on; an agent that cannot start.
+// from a moment on; an agent that cannot start; one whose start is under way until the test
+// releases it (held).
 struct FakeHosts : ElasticHosts {
   explicit FakeHosts(FakeProcessRunner& r) : runner(r) {}
   FakeProcessRunner& runner;
-  std::set<std::string> remotes, failing;
+  std::set<std::string> remotes, failing, held, up, starting;
   std::map<std::string, double> drops_at, silent_from;
-  std::vector<std::string> opened, closed;
+  std::vector<std::string> opened_hosts, closed;
   bool remote(const std::string& host) const override { return remotes.count(host) > 0; }
-  Status open(const std::string& host) override {
-    if (std::find(opened.begin(), opened.end(), host) == opened.end()) opened.push_back(host);
-    if (failing.count(host)) return make_error(ErrorKind::kLaunchFailed, "host " + host + ": connection refused");
-    return {};
+  bool open(const std::string& host) override {
+    if (up.count(host)) return false;
+    if (std::find(opened_hosts.begin(), opened_hosts.end(), host) == opened_hosts.end()) opened_hosts.push_back(host);
+    starting.insert(host);
+    return true;
+  }
+  std::vector<Opened> opened() override {  // every start not held ends at the driver's next look
+    std::vector<Opened> out;
+    for (auto it = starting.begin(); it != starting.end();) {
+      if (held.count(*it)) {
+        ++it;
+        continue;
+      }
+      if (failing.count(*it)) out.push_back({*it, make_error(ErrorKind::kLaunchFailed, "host " + *it + ": connection refused")});
+      else out.push_back({*it, {}}), up.insert(*it);
+      it = starting.erase(it);
+    }
+    return out;
   }
   Liveness liveness(const std::string& host) override {
     Liveness l;
@@ -64,7 +83,7 @@ struct FakeHosts : ElasticHosts {
 struct Harness {
   FakeProcessRunner runner;
   FakeHosts agents{runner};
-  RecordingStore store;
+  RecordingStore store{runner};
   RecordingSink sink;
   ElasticOptions opts;
   std::vector<std::string> spawned;  // "slot round rank env..." per spawn
@@ -114,6 +133,17 @@ struct Harness {
     std::string all;
     for (const auto& n : sink.notices) all += n + "\n";
     return all;
+  }
+  // The only signal sent was `pid`'s SIGTERM at `at`: the job's end stopping rank(s) `ranks`
+  // of round `round`, which never formed.
+  void expect_stopped_alone(pid_t pid, double at, int round, const std::string& ranks) const {
+    ASSERT_EQ(runner.sent.size(), 1u) << notices();
+    EXPECT_EQ(runner.sent[0].target, pid);
+    EXPECT_EQ(runner.sent[0].sig, SIGTERM);
+    EXPECT_DOUBLE_EQ(runner.sent[0].at, at);
+    EXPECT_TRUE(noticed("hvdrun: elastic: the workers finished before round " + std::to_string(round) +
+                        " formed; its rank(s) " + ranks + ", which would wait for them, stopped"))
+        << notices();
   }
   bool killed(pid_t pid) const {
     for (const auto& s : runner.sent)
@@ -181,12 +211,7 @@ TEST(ElasticDriver, WorkersFinishingBeforeARoundThatAddedHostsFormsEndTheJobItsN
   EXPECT_EQ(h.run({{"a", 1}}, &d), 0) << h.notices();
   EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));  // none for c
   EXPECT_TRUE(h.store.round(3).empty());
-  ASSERT_EQ(h.runner.sent.size(), 1u);
-  EXPECT_EQ(h.runner.sent[0].target, 1001);
-  EXPECT_EQ(h.runner.sent[0].sig, SIGTERM);
-  EXPECT_DOUBLE_EQ(h.runner.sent[0].at, 10);
-  EXPECT_TRUE(h.noticed("hvdrun: elastic: the workers finished before round 2 formed; its joining rank(s) 1 stopped"))
-      << h.notices();
+  h.expect_stopped_alone(1001, 10, 2, "1");
 }
 
 // Once the round that added hosts has formed (its rank 0 reported its commit), its new
@@ -364,11 +389,68 @@ TEST(ElasticDriver, ANewRemoteHostGetsItsAgentOneThatCannotStartIsBlacklisted) {
   h.discovery = {{0, "a\n"}, {3, "a\nb\nc\n"}};
   h.runner.behaviours = {exits(10, 0), exits(10, 0)};
   EXPECT_EQ(h.run({{"a", 1}}), 0) << h.notices();
-  EXPECT_EQ(h.agents.opened, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(h.agents.opened_hosts, (std::vector<std::string>{"b", "c"}));
   EXPECT_TRUE(h.noticed("hvdrun: warning: elastic: host c: connection refused; host c blacklisted for good"))
       << h.notices();
   EXPECT_TRUE(h.noticed("hvdrun: reset 1: hosts added (b); size 1 -> 2")) << h.notices();
   EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 2 rank 1"}));
+}
+
+// A worker that finishes (exit 0 after hvd_shutdown) while a failure ends its round never
+// joins the next: the survivors registered in it would wait in hvd_init until the start
+// time-out (the job exited 4). As in Horovod one success ends the job: a survivor still in
+// its code (d) is waited for, those registered in the round (c) are stopped, and the job
+// has succeeded. b:0 is SIGKILLed at 5 (round 2: a:0, c:0, d:0, a:0 finished in round 1).
+TEST(ElasticDriver, AWorkerFinishingAsAFailureEndsItsRoundEndsTheJobItsSurvivorsWaitingInTheNextStopped) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(7, 0), killed_at(5), {-1, 0, 0, SIGTERM}, exits(9, 0)};
+  for (int r : {0, 1, 2, 3}) h.runner.at(1, [&d, r] { d->rank_registered(1, r); });
+  h.runner.at(6, [&] { d->rank_registered(2, 1); });  // c:0 in hvd_init of round 2
+  h.runner.at(100, [&] { d->request_end("the test's deadline", 9); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}, {"d", 1}}, &d), 0) << h.notices();
+  EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=2 1");  // b removed, round 1 ended
+  EXPECT_TRUE(h.store.round(3).empty());
+  h.expect_stopped_alone(1002, 9, 2, "1");  // c, once d ended
+}
+
+// Once every worker of the round registered in it, one that finishes finished in it: the
+// others train on and are waited for.
+TEST(ElasticDriver, AWorkerFinishingInARoundAllJoinedWaitsForTheOthers) {
+  Harness h;
+  std::unique_ptr<ElasticDriver> d;
+  h.runner.behaviours = {exits(7, 0), killed_at(5), exits(12, 0)};
+  for (int r : {0, 1, 2}) h.runner.at(1, [&d, r] { d->rank_registered(1, r); });
+  for (int r : {0, 1}) h.runner.at(6, [&d, r] { d->rank_registered(2, r); });
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}, {"c", 1}}, &d), 0) << h.notices();
+  EXPECT_TRUE(h.runner.sent.empty()) << h.notices();  // c ends by itself, at 12
+  EXPECT_FALSE(h.noticed("stopped")) << h.notices();
+}
+
+// A new host's agent starts in the background (an unreachable host holds its start up to
+// --start-timeout): meanwhile a failure is acted on at once, the new round leaving the
+// host out; once its agent runs the host joins, and a host whose agent then fails to start
+// is blacklisted with one line naming it and why.
+TEST(ElasticDriver, AHostFailingWhileANewHostsAgentStartsIsActedOnAtOnce) {
+  Harness h;
+  h.agents.remotes = {"c", "d"};
+  h.agents.held = {"c", "d"};
+  h.agents.failing = {"d"};
+  h.discovery = {{0, "a\nb\n"}, {3, "a\nb\nc\nd\n"}};
+  h.runner.behaviours = {exits(100, 0), killed_at(5), exits(100, 0)};  // a:0, b:0, then c:0
+  h.runner.at(50, [&] { h.agents.held.clear(); });  // both starts end
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 0) << h.notices();
+  EXPECT_EQ(h.store.begun_at[2], 5);  // b's failure: round 2 at once, without c and d
+  EXPECT_EQ(h.store.round(2).back(), "hvdrun/elastic/update/1=2 1");
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b failed (rank 1 was killed by signal 9 (SIGKILL)), host b "
+                        "blacklisted for good; size 2 -> 1"))
+      << h.notices();
+  EXPECT_EQ(h.store.begun_at[3], 50);  // c, once its agent runs
+  EXPECT_TRUE(h.noticed("hvdrun: reset 2: hosts added (c); size 1 -> 2")) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: warning: elastic: host d: connection refused; host d blacklisted for good"))
+      << h.notices();
+  EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 1 rank 1", "c:0 round 3 rank 1"}));
+  EXPECT_EQ(h.agents.opened_hosts, (std::vector<std::string>{"c", "d"}));
 }
 
 }  // namespace

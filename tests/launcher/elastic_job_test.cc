@@ -111,6 +111,30 @@ TEST(ElasticJob, AHostAddedThroughTheDiscoveryFileJoinsTheRunningJob) {
   EXPECT_EQ(count(o.out, "size=3 batch="), 3) << o.out;
 }
 
+// A worker that finishes while a failure ends its round (rank 0, which finishes once
+// hvdrun has announced round 2) never joins the next round: the job has succeeded, and the
+// survivor that would wait for it in hvd_init (rank 1, whose extra batch the failure of
+// rank 2 ended) is stopped. It waited until the start time-out before (exit 4).
+TEST(ElasticJob, AWorkerFinishingAsAFailureEndsItsRoundEndsTheJobTheSurvivorStopped) {
+  if (kSanitized) GTEST_SKIP() << "a sanitizer build: python3 cannot load its libhvdrun";
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  auto o = elastic_job({"--min-np", "1", "-H", "localhost:2,127.0.0.1:1", "-np", "3"},
+                       {{"EW_BATCHES", "3"}, {"EW_END_KILL_SLOT", "127.0.0.1:0"}, {"EW_EXTRA_SLOT", "localhost:1"},
+                        {"EW_LATE_SLOT", "localhost:0"}});
+  ASSERT_FALSE(o.timed_out);
+  EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_NE(o.err.find("hvdrun: reset 1: host 127.0.0.1 failed (rank 2 was killed by signal 9 (SIGKILL))"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("hvdrun: elastic: the workers finished before round 2 formed; its rank(s) 1, which would wait "
+                       "for them, stopped"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(count(o.out, "DONE rank="), 1) << o.out;
+  EXPECT_EQ(count(o.out, "STEP batch=2 rank="), 3) << o.out;  // the last batch on all three
+  EXPECT_EQ(count(o.out, "STEP batch=3 "), 0) << o.out;        // rank 1's extra one never completed
+}
+
 TEST(ElasticJob, EveryHostFailingEndsTheJobNamingTheFirstFailure) {
   // Both fail, in either order: the job fails (after a reset, or at once when both ends are
   // seen together), naming the first failure seen.
@@ -122,6 +146,36 @@ TEST(ElasticJob, EveryHostFailingEndsTheJobNamingTheFirstFailure) {
                                                   "blacklisted); the first failure: rank [01] \\(host "
                                                   "(localhost|127\\.0\\.0\\.1)\\) exited with code 3")))
       << o.err;
+}
+
+// A new host's agent starts in the background: while its start hangs (a launch command that
+// never speaks, --start-timeout 600 s), a worker's failure elsewhere is acted on at once
+// (here, with --reset-limit 0, it ends the job), and the job's end aborts the start and
+// ends its command. (hvdrun's loop waited on the start up to --start-timeout before.)
+TEST(ElasticJob, AFailureIsActedOnWhileANewHostsAgentStartHangsAndTheEndAbortsIt) {
+  std::string dir = testing_hvdrun::make_temp_dir();
+  std::string script = dir + "/discover.sh", hang = dir + "/hang.sh", pidfile = dir + "/agent.pid";
+  std::ofstream(script) << "#!/bin/sh\n[ -e " << dir << "/ran ] && echo 192.0.2.1:1\ntouch " << dir
+                        << "/ran\necho localhost:1\necho 127.0.0.1:1\n";  // the TEST-NET host from the second run on
+  std::ofstream(hang) << "#!/bin/sh\necho $$ > " << pidfile << ".tmp\nmv " << pidfile << ".tmp " << pidfile
+                      << "\nexec sleep 600\n";
+  for (const auto& f : {script, hang}) ASSERT_EQ(chmod(f.c_str(), 0755), 0);
+  // 127.0.0.1's worker fails once the new host's start is under way (its command has started).
+  std::string worker = "[ \"$HVDRUN_ELASTIC_SLOT\" = 127.0.0.1:0 ] || exec sleep 600; i=0; while [ ! -e " +
+                       pidfile + " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; exit 3";
+  auto o = testing_hvdrun::run({HVDRUN_BIN, "--min-np", "1", "--reset-limit", "0", "--host-discovery-script", script,
+                                "--launch-command", hang + " {host}", "--start-timeout", "600", "sh", "-c", worker},
+                               120, {{"HVDRUN_DISCOVERY_INTERVAL", "0.2"}});
+  ASSERT_FALSE(o.timed_out) << o.err;
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_NE(o.err.find("hvdrun: elastic: reset limit 0 reached (--reset-limit); the first failure: rank 1 (host "
+                       "127.0.0.1) exited with code 3"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.err.find("192.0.2.1"), std::string::npos) << o.err;  // aborted, not failed
+  std::string pid = testing_hvdrun::read_file(pidfile);
+  ASSERT_FALSE(pid.empty());
+  EXPECT_FALSE(testing_hvdrun::pid_alive(std::stoi(pid)));  // its command ended with the job
 }
 
 }  // namespace

@@ -3,7 +3,10 @@ of allreduces, one STEP line per batch (batch, rank, size, the sum, its slot and
 the end. EW_KILL_SLOT: that slot SIGKILLs itself at batch 5 of round 1; EW_ADD_AT (with
 EW_HOSTS): rank 0 rewrites the discovery file at that batch, adding host 127.0.0.1;
 EW_FINAL_SIZE: the loop goes on past its batches until the job has that many ranks (the
-test's deadline bounds it)."""
+test's deadline bounds it). A worker that finishes while a failure ends its round:
+EW_END_KILL_SLOT SIGKILLs itself once its training is done, EW_EXTRA_SLOT trains one batch
+more (its round ends under it), EW_LATE_SLOT finishes once hvdrun has announced a new round
+(60 s at most)."""
 import os
 import signal
 import time
@@ -27,9 +30,12 @@ def on_reset():
 state.register_reset_callbacks([on_reset])
 
 
+SLOT = os.environ["HVDRUN_ELASTIC_SLOT"]
+
+
 @hvd.elastic.run
 def train(state):
-    while state.batch < BATCHES or hvd.size() < FINAL_SIZE:
+    while state.batch < BATCHES + (SLOT == os.environ.get("EW_EXTRA_SLOT")) or hvd.size() < FINAL_SIZE:
         s = hvd.allreduce(torch.ones(1), op=hvd.Sum).item()
         print(f"STEP batch={state.batch} rank={hvd.rank()} size={hvd.size()} sum={s:g} "
               f"slot={os.environ['HVDRUN_ELASTIC_SLOT']} pid={os.getpid()}", flush=True)
@@ -43,5 +49,12 @@ def train(state):
 
 
 train(state)
+if SLOT == os.environ.get("EW_END_KILL_SLOT"):
+    os.kill(os.getpid(), signal.SIGKILL)
+if SLOT == os.environ.get("EW_LATE_SLOT"):
+    from hvdrun import _capi
+    deadline = time.monotonic() + 60
+    while _capi.elastic_updates()[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
 print(f"DONE rank={hvd.rank()} size={hvd.size()} batch={state.batch} pid={os.getpid()}", flush=True)
 hvd.shutdown()

@@ -80,6 +80,16 @@ TEST(ElasticBlacklist, ForGoodWithoutARange) {
   EXPECT_EQ(b.usable({{"a", 1}, {"b", 2}}, 5), (std::vector<HostSlots>{{"b", 2}}));
 }
 
+// A new round takes the hosts neither blacklisted nor still starting their agent, in
+// discovery's order.
+TEST(ElasticRoundHosts, NeitherBlacklistedNorStartingTheirAgent) {
+  HostBlacklist b(std::make_pair(10, 100));
+  b.add("b", 0, 0);  // 20 s
+  std::vector<HostSlots> hosts{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 4}};
+  EXPECT_EQ(round_hosts(hosts, b, 5, {"c"}), (std::vector<HostSlots>{{"a", 1}, {"d", 4}}));
+  EXPECT_EQ(round_hosts(hosts, b, 25, {}), hosts);  // b's cooldown over, c's agent runs
+}
+
 TEST(ElasticBlacklist, HorovodsCooldownGrowsAndIsClamped) {
   HostBlacklist b(std::make_pair(10, 100));
   // lo * 2^1 + u * lo: 20 .. 30 s the first time.
@@ -111,6 +121,8 @@ constexpr auto R = WorkerEnd::kRunning;
 constexpr auto S = WorkerEnd::kSucceeded;
 constexpr auto F = WorkerEnd::kFailed;
 constexpr auto E = WorkerEnd::kExitedEarly;
+constexpr auto Se = WorkerEnd::kSucceededEarlier;
+constexpr auto Rr = WorkerEnd::kRegistered;
 
 TEST(ElasticRound, AFailedHostIsBlacklistedAndTheJobResets) {
   auto v = judge_round(round_of({{"a", {R, R}}, {"b", {F, R}}}));
@@ -160,6 +172,28 @@ TEST(ElasticRound, AFinishedWorkerEndsTheJobNoNewRoundTheJoiningLeftOut) {
   EXPECT_EQ(judge_round(j).message, "every worker failed");
   j.joining = {{"b", {R}}};
   EXPECT_EQ(judge_round(j).action, RoundVerdict::kReset);
+}
+
+// A worker that finished in the round before (a failure ended it while the worker finished)
+// never joins this one: as in Horovod, its success ends the job; the workers registered in
+// this round wait in hvd_init for nothing and are not waited for (the driver stops them),
+// one still running its code is (it may be finishing too). Found by the last session: they
+// waited until the start time-out, and the job exited 4.
+TEST(ElasticRound, AWorkerThatFinishedBeforeTheRoundBeganEndsTheJobThoseWaitingInItAreNotWaitedFor) {
+  auto s = round_of({{"a", {Se, Rr}}, {"c", {Rr}}});
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);
+  s.workers["d"] = {R};  // not registered in this round yet
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFinishing);
+  s.workers["d"] = {Se};
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kSucceeded);
+  s.workers["d"] = {F};  // a failure of the round's own is the job's
+  EXPECT_EQ(judge_round(s).action, RoundVerdict::kFailed);
+  // One that finished in this round: the round formed, its registered workers train on.
+  EXPECT_EQ(judge_round(round_of({{"a", {S, Rr}}, {"c", {Rr}}})).action, RoundVerdict::kFinishing);
+  // Before any finished, a registered worker counts as any running one.
+  auto v = judge_round(round_of({{"a", {Rr, Rr}}, {"b", {F}}}));
+  EXPECT_EQ(v.action, RoundVerdict::kReset);
+  EXPECT_EQ(v.blacklist, (std::set<std::string>{"b"}));
 }
 
 TEST(ElasticRound, EndsInHorovodsOrder) {

@@ -9,7 +9,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
 
 #include "common/deadline.h"
 #include "common/socket_io.h"
@@ -111,6 +117,73 @@ TEST(ElasticAgents, ARemoteWorkerRunsThroughItsHostsAgent) {
   EXPECT_EQ(read(u->out.get(), up, 3), 0);
   EXPECT_TRUE(agents.liveness("node-x").dropped);  // no agent any more
   EXPECT_TRUE(sink.notices.empty()) << sink.notices.front();
+}
+
+// Each host's agent command: `node-y` a real agent, `gone` a command that exits at once,
+// `hung` one that never speaks (an unreachable host held up to --start-timeout).
+struct HostsStarter : AgentStarter {
+  Result<std::unique_ptr<HostLink>> open(const std::string& host, std::chrono::steady_clock::time_point) override {
+    if (host == "gone") return open_command_link({"sh", "-c", "echo no such host >&2; exit 3"}, host);
+    if (host == "hung") return open_command_link({"sleep", "60"}, host);
+    return open_command_link({HVDRUN_BIN, "--agent", "--start-timeout=20"}, host);
+  }
+};
+
+// A new host's agent starts on a thread of its own: open() returns at once (a start under
+// way is not begun twice), the driver's wait wakes when a start ends and opened() tells
+// each once (its error naming the host); the job's end (close_all) aborts the start still
+// under way, joins its thread and ends what it had started: no process is left.
+TEST(ElasticAgents, ANewHostsAgentStartsInTheBackgroundAndTheJobsEndAbortsOneUnderWay) {
+  HostsStarter starter;
+  RemoteSettings rs;
+  rs.start_timeout = 20;
+  std::mutex mu;
+  std::map<std::string, int> calls;
+  std::map<std::string, std::string> errors;  // host -> its start's error, once it returned
+  auto opener = [&](const std::string& host, const std::atomic<bool>& abort) -> Result<std::unique_ptr<RemoteHost>> {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ++calls[host];
+    }
+    auto r = std::make_unique<RemoteHost>(host, rs, starter);
+    r->abort_when(&abort);
+    Status st = r->connect(deadline_in(rs.start_timeout));
+    if (st) st = r->prepare(elastic_sh_job(host, {"HVDRUN_ELASTIC_SLOT=" + host + ":0"}));
+    std::lock_guard<std::mutex> lk(mu);
+    errors[host] = st ? "" : st.error().message;
+    if (!st) return st.error();
+    r->abort_when(nullptr);  // (`abort` ends with its opening)
+    return r;
+  };
+  RecordingSink sink;
+  auto wake = WakePipe::open();
+  ASSERT_TRUE(wake) << wake.error().message;
+  ElasticAgents agents(opener, sink, 30, std::move(*wake));
+  for (const char* h : {"hung", "gone", "node-y"}) EXPECT_TRUE(agents.open(h)) << h;
+  std::map<std::string, std::string> told;  // host -> "" or its error
+  auto deadline = deadline_in(20);
+  while (told.size() < 2 && ms_until(deadline) > 0) {
+    agents.wait(nullptr, 0, ms_until(deadline));  // woken by a start's end
+    for (auto& o : agents.opened()) EXPECT_TRUE(told.emplace(o.host, o.status ? "" : o.status.error().message).second);
+  }
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told["node-y"], "");
+  EXPECT_NE(told["gone"].find("gone"), std::string::npos) << told["gone"];
+  EXPECT_FALSE(agents.open("node-y"));  // its agent runs
+  EXPECT_FALSE(agents.liveness("node-y").dropped);
+  EXPECT_TRUE(agents.open("hung"));  // still under way: not begun again
+  EXPECT_TRUE(agents.opened().empty());
+  agents.close_all();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    EXPECT_EQ(calls, (std::map<std::string, int>{{"gone", 1}, {"hung", 1}, {"node-y", 1}}));
+    EXPECT_EQ(errors["hung"], "host hung: the job ended while its agent started");  // not its time-out
+  }
+  EXPECT_TRUE(agents.opened().empty());
+  EXPECT_TRUE(agents.liveness("node-y").dropped);
+  int st;
+  EXPECT_EQ(waitpid(-1, &st, WNOHANG), -1);  // every client reaped: `sleep 60` and node-y's agent
+  EXPECT_EQ(errno, ECHILD);
 }
 
 }  // namespace

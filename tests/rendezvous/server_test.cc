@@ -1,6 +1,8 @@
 // The rendezvous server in-process, with real sockets: clients as threads. The job, the
 // store and its bounds, barriers, refusals and their logs, accepting when out of
 // descriptors. (One connection's requests, malformed or hostile: session_test.cc.)
+#include <algorithm>
+
 #include "server_test_util.h"
 
 namespace hvdrun::rdv {
@@ -425,6 +427,7 @@ struct ElasticFixture {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<int> left;
+  std::vector<std::pair<int, int>> registered;  // (round, rank) told by on_elastic_registered
   // Declared last, destroyed first: its thread calls on_rank_left, which uses the above.
   std::unique_ptr<Server> server;
   ElasticFixture() {
@@ -437,6 +440,10 @@ struct ElasticFixture {
       std::lock_guard<std::mutex> lk(mu);
       left.push_back(rank);
       cv.notify_all();
+    };
+    cb.on_elastic_registered = [this](int round, int rank) {
+      std::lock_guard<std::mutex> lk(mu);
+      registered.emplace_back(round, rank);
     };
     auto s = Server::start(o, cb);
     EXPECT_TRUE(s.ok());
@@ -494,6 +501,10 @@ TEST(RendezvousServerElastic, AStaleRegisterIsToldTheRoundAndTheTableIsResized) 
     EXPECT_EQ(d->size, 3);
   }
   EXPECT_EQ(f.server->registered(), 3);
+  std::lock_guard<std::mutex> lk(f.mu);  // each told before the round's kRegistered went out
+  auto told = f.registered;
+  std::sort(told.begin(), told.end());
+  EXPECT_EQ(told, (std::vector<std::pair<int, int>>{{1, 0}, {2, 0}, {2, 1}, {2, 2}}));
 }
 
 TEST(RendezvousServerElastic, ARegisterWithoutARoundIsRefusedInAnElasticJob) {

@@ -61,7 +61,7 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   std::vector<std::string> hosts(s.size);
   for (int r = 0; r < s.size; ++r) {
     auto p = s.store->peer(r, deadline);
-    if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, ErrorKind::kRendezvous);
+    if (!p) return err("rank " + std::to_string(r) + "'s address: " + p.error().message, lookup_kind(p.error()));
     hosts[r] = p->host;
   }
   HostLayout h = host_layout(hosts);
@@ -74,7 +74,8 @@ Status attach_hierarchy(Ring& global, const HierarchySetup& s, HierarchyWanted w
   HierarchyOptions which{wanted.allreduce != Want::kOff, wanted.allgather != Want::kOff};
   const int L = h.per_host, C = h.hosts, l = h.local_of[s.rank], c = h.host_of[s.rank];
   auto ring_of = [&](const char* name, int index, int size, int right, int left) {
-    return connect_subring(s, std::string("hierarchy/") + name, index, size, right, left);
+    const std::string gen = s.generation.empty() ? "" : s.generation + "/";
+    return connect_subring(s, "hierarchy/" + gen + name, index, size, right, left);
   };
   auto local = ring_of("local", l, L, h.rank_of[c * L + (l + 1) % L], h.rank_of[c * L + (l + L - 1) % L]);
   if (!local) return local.error();

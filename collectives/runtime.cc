@@ -258,7 +258,7 @@ Status Runtime::connect_ring() {
   // Several hosts (every rank of such a job sees local_size < size): look at the layout.
   if (wanted->any() && view_.local_size < view_.size && client_) {
     RendezvousStore store(&*client_);
-    HierarchySetup hs{&store, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s};
+    HierarchySetup hs{&store, listener_.fd.get(), view_.rank, view_.size, po, ro, ro.timeout_s, generation()};
     if (auto s = attach_hierarchy(*ring_comm_, hs, *wanted); !s) return s;
   }
   return {};

@@ -185,6 +185,10 @@ class Runtime {
   void publish_ring(std::unique_ptr<Ring> ring);
   void publish_engine(std::shared_ptr<Engine> engine);
   void drop_ring();
+  // This hvd_init's name for its store barriers: the same on every rank, and apart from an
+  // earlier init's (done in the store): the elastic round ("round3", survivors and new
+  // workers alike), else "init<hvd_init calls that succeeded>".
+  std::string generation() const;
   std::mutex end_mu_;
   std::optional<Error> round_end_;        // under end_mu_: why the round ended
   std::atomic<bool> round_ended_{false};  // the watcher ended this process's round
@@ -218,7 +222,7 @@ class Runtime {
   std::map<int, std::shared_ptr<ProcessSet>> sets_;  // the sets other than 0
   int next_set_id_ = 1;
   std::mutex set_changes_mu_;  // one add or remove at a time (they connect and stop rings)
-  uint64_t inits_ = 0;         // hvd_init calls that succeeded: names the sets' store barriers
+  uint64_t inits_ = 0;         // hvd_init calls that succeeded: generation() outside an elastic job
   // Whether a call's buffers are device memory (both must be on the same side).
   Result<bool> on_device(const char* what, const void* a, const void* b);
 };

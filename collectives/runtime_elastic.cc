@@ -155,6 +155,10 @@ Status Runtime::report_commit(long long commit) {
   return client_->set(rdv::kElasticCommitKeyPrefix + std::to_string(elastic_round_), std::to_string(commit));
 }
 
+std::string Runtime::generation() const {
+  return elastic_round_ ? "round" + std::to_string(elastic_round_) : "init" + std::to_string(inits_);
+}
+
 ElasticUpdates Runtime::elastic_updates() const {
   return {elastic_counters_.seq.load(), elastic_counters_.kinds.load()};
 }

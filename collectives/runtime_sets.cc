@@ -171,7 +171,7 @@ Status Runtime::connect_set(int id, ProcessSet* ps) {
   rs.ring = ring_options();
   rs.timeout_s = rs.ring.timeout_s;
   rs.pairs = pair_options(rs.timeout_s);
-  const std::string name = "process_set/" + std::to_string(inits_) + "." + std::to_string(id);
+  const std::string name = "process_set/" + generation() + "." + std::to_string(id);
   auto ring = connect_subring(rs, name, i, n, i < 0 ? -1 : ps->ranks[(i + 1) % n], i < 0 ? -1 : ps->ranks[(i + n - 1) % n]);
   if (!ring) return ring.error();
   if (i < 0) return {};

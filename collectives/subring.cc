@@ -17,9 +17,9 @@ Result<std::unique_ptr<Ring>> connect_subring(const RingSetup& s, const std::str
   if (size == 1) return std::make_unique<Ring>(0, 1, transport::Pair{}, transport::Pair{}, s.ring);
   const auto deadline = deadline_in(s.timeout_s);
   auto to = s.store->peer(right, deadline);
-  if (!to) return err("rank " + std::to_string(right) + "'s address: " + to.error().message, ErrorKind::kRendezvous);
+  if (!to) return err("rank " + std::to_string(right) + "'s address: " + to.error().message, lookup_kind(to.error()));
   auto from = s.store->peer(left, deadline);
-  if (!from) return err("rank " + std::to_string(left) + "'s address: " + from.error().message, ErrorKind::kRendezvous);
+  if (!from) return err("rank " + std::to_string(left) + "'s address: " + from.error().message, lookup_kind(from.error()));
   Result<transport::Pair> out = make_error(ErrorKind::kInternal, "not connected");
   std::thread connector([&] { out = transport::connect_pair(*to, s.pairs); });
   auto in = transport::accept_pair(s.listen_fd, *from, s.pairs);

@@ -152,6 +152,11 @@ Result<PeerInfo> Client::get_peer(int rank, Clock::time_point deadline) {
   if (!f) return f.error();
   if (f->type == MsgType::kNotFound) return make_error(ErrorKind::kRendezvous,
                                                        "rendezvous: rank " + std::to_string(rank) + " is unknown");
+  if (f->type == MsgType::kStaleRound) {
+    auto round = decode_i64(f->payload);
+    return make_error(ErrorKind::kReset, "rendezvous: this worker's elastic round is over (the job is at round " +
+                                             (round ? std::to_string(*round) : std::string("?")) + ")");
+  }
   return decode_peer(f->payload);
 }
 

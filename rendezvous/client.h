@@ -35,6 +35,8 @@ class Client {
   using RoundRequest = std::function<Result<RegisterRequest>(int64_t round)>;
   Result<Registered> register_in_round(RegisterRequest req, const RoundRequest& for_round,
                                        Clock::time_point deadline);
+  // Rank `rank`'s address. Elastic: once this connection's round is over, kReset (the
+  // server's table is another round's).
   Result<PeerInfo> get_peer(int rank, Clock::time_point deadline);
 
   // `timeout_s`: how long the server may take to answer (a report on the way out of a

@@ -62,6 +62,7 @@ enum class MsgType : uint8_t {
   kFatal = 30,  // c->s: message
   // Elastic: a kRegister for a round that is over (or not begun); the connection stays
   // open and the worker reads the newest round's assignment (docs/ELASTIC.md) and tries again.
+  // Also the answer to a kGetPeer on a connection whose registered round is over.
   kStaleRound = 31,  // s->c: i64 the server's current round
 };
 

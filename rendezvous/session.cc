@@ -263,7 +263,11 @@ bool Session::on_get_peer(const Frame& f) {
   auto& s = srv_;
   auto r = decode_i64(f.payload);
   if (!r) return fail(r.error().message), false;
-  if (*r < 0 || *r >= static_cast<int64_t>(s.peers.size()) || s.peers[*r].rank < 0)
+  // Elastic: this connection's round is over, and the table is another round's (its ranks
+  // may be other processes, or not registered yet): told, as a stale register is.
+  if (elastic_round_ != 0 && elastic_round_ != s.elastic_round)
+    send(MsgType::kStaleRound, encode_i64(s.elastic_round));
+  else if (*r < 0 || *r >= static_cast<int64_t>(s.peers.size()) || s.peers[*r].rank < 0)
     send(MsgType::kNotFound, "");
   else
     send(MsgType::kPeer, encode_peer(s.peers[*r]));

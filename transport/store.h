@@ -23,7 +23,8 @@ class Store {
   // Until every key is set; past timeout_s an error of kind kTimeout (sys_errno ETIMEDOUT).
   virtual Status wait(const std::vector<std::string>& keys, double timeout_s) = 0;
   // Returns when `n` participants have called it with the same name; past timeout_s an
-  // error of kind kTimeout (sys_errno ETIMEDOUT).
+  // error of kind kTimeout (sys_errno ETIMEDOUT). Give each use its own name: the
+  // rendezvous keeps a barrier done (a later call with its name returns at once).
   virtual Status barrier(const std::string& name, int n, double timeout_s) = 0;
   // Rank `rank`'s data-plane address (as it registered it), waiting for it until `deadline`.
   virtual Result<PeerAddress> peer(int rank, std::chrono::steady_clock::time_point deadline) = 0;

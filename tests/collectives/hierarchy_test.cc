@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,47 @@ TEST(AttachHierarchy, ConnectsTheLocalAndCrossRingsThroughTheStore) {
     return "";
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+}
+
+// The job's store, recording the names of the barriers asked for.
+struct NamingStore : transport::Store {
+  transport::Store& inner;
+  std::mutex mu;
+  std::set<std::string> barriers;
+  explicit NamingStore(transport::Store& s) : inner(s) {}
+  Status set(const std::string& k, const std::string& v) override { return inner.set(k, v); }
+  Result<std::string> get(const std::string& k) override { return inner.get(k); }
+  Status wait(const std::vector<std::string>& k, double t) override { return inner.wait(k, t); }
+  Status barrier(const std::string& name, int n, double timeout_s) override {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      barriers.insert(name);
+    }
+    return inner.barrier(name, n, timeout_s);
+  }
+  Result<transport::PeerAddress> peer(int r, std::chrono::steady_clock::time_point d) override {
+    return inner.peer(r, d);
+  }
+};
+
+// The rendezvous keeps a barrier done: a later hvd_init (an elastic round, an init after
+// hvd_shutdown) that used the same names would pass them at once and connect its local and
+// cross rings to the listeners together. The setup's generation names them apart.
+TEST(AttachHierarchy, ItsBarriersAreNamedWithTheInitsGeneration) {
+  const int n = 4;
+  HierarchyJob job({"a", "b", "a", "b"});
+  NamingStore store(job.store);
+  auto rings = ringtest::make_rings(n);
+  auto results = ringtest::on_all(n, [&](int r) -> std::string {
+    HierarchySetup s = job.setup(r);
+    s.store = &store;
+    s.generation = "round3";
+    auto st = attach_hierarchy(*rings[r], s, {Want::kOn, Want::kOn});
+    return st ? "" : st.error().message;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], "") << "rank " << r;
+  EXPECT_EQ(store.barriers,
+            (std::set<std::string>{"hvdrun/ring/hierarchy/round3/cross", "hvdrun/ring/hierarchy/round3/local"}));
 }
 
 TEST(AttachHierarchy, UnevenHostsAreAnErrorOnlyWhenAskedFor) {

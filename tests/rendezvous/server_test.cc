@@ -507,6 +507,34 @@ TEST(RendezvousServerElastic, AStaleRegisterIsToldTheRoundAndTheTableIsResized) 
   EXPECT_EQ(told, (std::vector<std::pair<int, int>>{{1, 0}, {2, 0}, {2, 1}, {2, 2}}));
 }
 
+// A connection whose round is over asks for a peer's address: the table is the next
+// round's (its rank 0 another process), so it is told the round, as a stale register is,
+// and the client returns kReset (hvd_init joins the next round) instead of that address.
+TEST(RendezvousServerElastic, APeerAskedForOnAConnectionOfAnEndedRoundIsToldTheRound) {
+  ElasticFixture f;
+  f.server->begin_round(1, round_ranks(1));
+  auto old = Client::connect("127.0.0.1", f.server->port(), f.secret, in(10));
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  RegisterRequest q{0, 1, "h0", "127.0.0.1", 1000};
+  q.round = 1;
+  ASSERT_TRUE(old->register_rank(q, in(10)).ok());
+  auto mine = old->get_peer(0, in(10));
+  ASSERT_TRUE(mine.ok()) << mine.error().message;
+  EXPECT_EQ(mine->port, 1000);
+  f.server->begin_round(2, round_ranks(1));
+  RawSession next(f.server->port(), f.secret);
+  next.send(MsgType::kRegister, reg(0, 1, 2, 2000));
+  ASSERT_EQ(next.recv().type, MsgType::kRegistered);
+  auto stale = old->get_peer(0, in(10));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().kind, ErrorKind::kReset);
+  EXPECT_EQ(stale.error().message, "rendezvous: this worker's elastic round is over (the job is at round 2)");
+  next.send(MsgType::kGetPeer, encode_i64(0));  // the round's own connection: its address
+  Frame p = next.recv();
+  ASSERT_EQ(p.type, MsgType::kPeer) << msg_type_name(p.type);
+  EXPECT_EQ(decode_peer(p.payload)->port, 2000);
+}
+
 TEST(RendezvousServerElastic, ARegisterWithoutARoundIsRefusedInAnElasticJob) {
   ElasticFixture f;
   f.server->begin_round(1, round_ranks(1));

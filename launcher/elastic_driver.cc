@@ -107,6 +107,7 @@ bool ElasticDriver::step() {
   if (!ending_) check_agents();
   if (!ending_) {
     if (next_discovery_ && io_.runner.now() >= *next_discovery_) poll_discovery();
+    open_new_hosts();  // discovered ones, and -H ones whose cooldown ended with their agent gone
     act(judge_round(round_state()));
   }
   if (line_until_ && io_.runner.now() >= *line_until_)
@@ -236,11 +237,11 @@ void ElasticDriver::poll_discovery() {
   if (out && d.verdict.use) hosts_ = std::move(d.hosts);
   if (!warning.empty() && warning != last_discovery_warning_) io_.sink.notice("hvdrun: warning: " + warning);
   last_discovery_warning_ = warning;
-  open_new_hosts();
 }
 
 // Each usable remote host has its agent, started in the background: until it runs, no
 // round takes the host (opening_), and the loop goes on (a failure elsewhere is acted on).
+// Every step: a host is usable again when its cooldown ends, discovered or not.
 void ElasticDriver::open_new_hosts() {
   if (!io_.hosts) return;
   for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {

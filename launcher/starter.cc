@@ -245,7 +245,20 @@ class SrunStarter : public AgentStarter {
     if (output_thread_.joinable()) output_thread_.join();
   }
 
+  // One srun step starts every host's agent, at the job's start. A host that an elastic job
+  // adds later (its own begin) is refused with why, not started in a second step.
   Status begin(const std::vector<std::string>& hosts, Clock::time_point deadline) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      std::string names;
+      for (const auto& h : hosts) names += (names.empty() ? "" : ",") + h;
+      if (begun_)
+        return error_of(ErrorKind::kLaunchFailed,
+                        names + ": --launcher slurm starts every agent in one srun step when the job "
+                                           "starts; a host added later cannot join it (use --launcher ssh or command "
+                                           "for an elastic job that adds hosts)");
+      begun_ = true;
+    }
     hosts_ = hosts;
     out_->start(hosts.size());
     sockaddr_in a{};
@@ -392,6 +405,7 @@ class SrunStarter : public AgentStarter {
   std::thread accept_thread_, output_thread_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
+  bool begun_ = false;  // under mu_: begin() ran (its step is the job's only one)
   std::condition_variable cv_;
   std::map<std::string, Attached> attached_;
   std::map<std::string, bool> seen_;

@@ -23,7 +23,8 @@ namespace hvdrun {
 class AgentStarter {
  public:
   virtual ~AgentStarter() = default;
-  // Once, before any open(): every host an agent will be opened on.
+  // Before any open(): every host an agent will be opened on. An elastic job calls it again
+  // for each host it adds (a starter that cannot start more agents then says why).
   virtual Status begin(const std::vector<std::string>& hosts, std::chrono::steady_clock::time_point deadline) {
     (void)hosts;
     (void)deadline;

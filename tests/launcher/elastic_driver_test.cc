@@ -52,7 +52,9 @@ struct FakeHosts : ElasticHosts {
   std::vector<std::string> opened_hosts, closed;
   bool remote(const std::string& host) const override { return remotes.count(host) > 0; }
   bool open(const std::string& host) override {
-    if (up.count(host)) return false;
+    const bool dropped = drops_at.count(host) && runner.now() >= drops_at[host];
+    if (up.count(host) && !dropped) return false;
+    if (dropped) drops_at.erase(host), up.erase(host);  // a new agent: a new link
     if (std::find(opened_hosts.begin(), opened_hosts.end(), host) == opened_hosts.end()) opened_hosts.push_back(host);
     starting.insert(host);
     return true;
@@ -100,6 +102,8 @@ struct Harness {
     ElasticDriverIo io{runner, store, sink, nullptr, nullptr, [] { return 0.0; }, nullptr};
     io.group_ended = [this](pid_t g) { ended.push_back(g); };
     if (!agents.remotes.empty()) io.hosts = &agents;
+    for (const auto& hs : hosts)  // the job's first hosts have their agents (ElasticJob::run adds them)
+      if (agents.remotes.count(hs.host)) agents.up.insert(hs.host);
     if (!discovery.empty()) {
       opts.discovery_script = "d.sh";
       io.discover = [this]() -> Result<DiscoveryOutput> {
@@ -377,6 +381,22 @@ TEST(ElasticDriver, EveryHostLostEndsTheJobNamingTheFirst) {
   h.agents.drops_at = {{"a", 3}, {"b", 4}};
   EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 1);
   EXPECT_TRUE(h.noticed("the first failure: host a lost (the link to its agent dropped: connection reset by peer)"))
+      << h.notices();
+}
+
+// A fixed (-H) host whose agent was lost is started again once its cooldown is over (no
+// discovery runs to do it), and the next round takes it back.
+TEST(ElasticDriver, AFixedHostWhoseAgentWasLostGetsANewAgentWhenItsCooldownEnds) {
+  Harness h;
+  h.opts.cooldown = std::make_pair(2, 2);
+  h.agents.remotes = {"b"};
+  h.agents.drops_at["b"] = 5;
+  h.runner.behaviours = {exits(20, 0)};  // a:0's; b's run until signalled
+  EXPECT_EQ(h.run({{"a", 1}, {"b", 1}}), 0) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: reset 1: host b lost")) << h.notices();
+  EXPECT_EQ(h.agents.opened_hosts, (std::vector<std::string>{"b"})) << h.notices();
+  EXPECT_TRUE(h.noticed("hvdrun: reset 2: hosts added (b); size 1 -> 2")) << h.notices();
+  EXPECT_EQ(h.spawned, (std::vector<std::string>{"a:0 round 1 rank 0", "b:0 round 1 rank 1", "b:0 round 3 rank 1"}))
       << h.notices();
 }
 

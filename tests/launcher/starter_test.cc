@@ -137,6 +137,13 @@ TEST(Starter, SrunAgentsDialBackWithTheJobsTokenAndAnEndedStepIsNamed) {
   EXPECT_EQ(std::string(buf, 12), "to the agent");
   ASSERT_TRUE(write_all(n1.get(), "from it").ok());
   EXPECT_EQ(read_until(**link, "from it"), "from it");
+  // A host an elastic job adds later: refused with why (the step is the job's only one).
+  auto again = starter->begin({"n3"}, deadline);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().kind, ErrorKind::kLaunchFailed);
+  EXPECT_EQ(again.error().message,
+            "n3: --launcher slurm starts every agent in one srun step when the job starts; a host added later cannot "
+            "join it (use --launcher ssh or command for an elastic job that adds hosts)");
 
   srun.fail_now();  // before n2's agent connected back
   auto n2 = starter->open("n2", deadline);

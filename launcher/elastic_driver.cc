@@ -242,11 +242,20 @@ void ElasticDriver::poll_discovery() {
 // Each usable remote host has its agent, started in the background: until it runs, no
 // round takes the host (opening_), and the loop goes on (a failure elsewhere is acted on).
 // Every step: a host is usable again when its cooldown ends, discovered or not.
+// A host with a worker not seen to end is left alone: its agent's link may have dropped a
+// moment ago, and check_agents loses the host (its workers counted as killed) first. A
+// host is started at most once per HVDRUN_DISCOVERY_INTERVAL (an agent that starts, then
+// drops, is not started again at every turn of the loop).
 void ElasticDriver::open_new_hosts() {
   if (!io_.hosts) return;
-  for (const auto& h : blacklist_.usable(hosts_, io_.runner.now())) {
+  const double now = io_.runner.now();
+  for (const auto& h : blacklist_.usable(hosts_, now)) {
     if (!io_.hosts->remote(h.host) || lost_.count(h.host)) continue;  // (a lost one: blacklisted next)
-    if (io_.hosts->open(h.host)) opening_.insert(h.host);
+    if (std::any_of(procs_.begin(), procs_.end(), [&](const auto& p) { return p->slot.host == h.host && !p->exited; }))
+      continue;
+    if (auto it = last_open_.find(h.host); it != last_open_.end() && now < it->second + opts_.discovery_interval)
+      continue;
+    if (io_.hosts->open(h.host)) opening_.insert(h.host), last_open_[h.host] = now;
   }
 }
 

@@ -145,6 +145,7 @@ class ElasticDriver {
   std::optional<double> agents_due_;  // when the quietest agent's silence would lose its host
   std::map<std::string, std::string> lost_;  // host -> why it was lost (its agent dropped or silent)
   std::set<std::string> opening_;  // the new hosts whose agent is being started (no round takes them yet)
+  std::map<std::string, double> last_open_;  // when each host's agent was last started
 };
 
 }  // namespace hvdrun

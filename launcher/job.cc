@@ -11,6 +11,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <memory>
@@ -593,6 +594,9 @@ Status JobRun::admit_new_host(const RemoteHost& r) {
     if (preflight_hosts.empty()) preflight_asks = preflight_job(launcher_env, plan->env_overrides, opts.network_interface);
     if (auto st = check_joining_host(preflight_hosts, preflight_asks, r); !st) return st;
   }
+  // A host started again (its agent was lost): its new agent's view replaces the old one.
+  ai.remotes.erase(std::remove_if(ai.remotes.begin(), ai.remotes.end(), [&](const auto& v) { return v.host == r.host(); }),
+                   ai.remotes.end());
   ai.remotes.push_back({r.host(), r.hello()});
   auto planned = plan_addressing(ai);
   if (!planned) return planned.error();

@@ -44,6 +44,7 @@ Status RemoteHost::connect(std::chrono::steady_clock::time_point deadline) {
   if (!link) return link.error();
   link_ = std::move(*link);
   auto f = next_frame(deadline);
+  if (!f && f.error().kind == ErrorKind::kInterrupted) return f.error();  // the job's end: no exit to wait for
   if (!f) return error_of(ErrorKind::kLaunchFailed, describe_exit(f.error().message));
   if (f->type != Type::kHello) return make_error(ErrorKind::kLaunchFailed,
                                                  link_->label() + ": unexpected first message from the agent");

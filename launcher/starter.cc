@@ -259,23 +259,12 @@ class SrunStarter : public AgentStarter {
                                            "for an elastic job that adds hosts)");
       begun_ = true;
     }
-    hosts_ = hosts;
-    out_->start(hosts.size());
-    sockaddr_in a{};
-    auto l = listen_for_agents(a);
-    if (!l) return l.error();
-    listen_ = std::move(*l);
-    unsigned char raw[32];
-    if (RAND_bytes(raw, sizeof raw) != 1) return error_of(ErrorKind::kLaunchFailed, "srun launch: no random bytes for the agents' token");
-    token_ = to_hex(raw, sizeof raw);
-    auto req = srun_request(hosts, std::to_string(ntohs(a.sin_port)) + " " + agent_dial_addresses());
-    if (!req) return req.error();
-    auto spawned = spawn_worker(*req);
-    if (!spawned) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: cannot start srun: " + spawned.error().message);
-    pid_ = spawned->pid;
-    output_thread_ = std::thread(relay_srun_output, out_, std::move(spawned->out), std::move(spawned->err));
-    accept_thread_ = std::thread([this, deadline] { accept_agents(deadline); });
-    return {};
+    Status st = start_step(hosts, deadline);
+    if (!st) {  // nothing runs yet (the threads start last): a later begin tries again
+      std::lock_guard<std::mutex> lk(mu_);
+      begun_ = false;
+    }
+    return st;
   }
 
   Result<std::unique_ptr<HostLink>> open(const std::string& host, Clock::time_point deadline) override {
@@ -301,6 +290,26 @@ class SrunStarter : public AgentStarter {
   }
 
  private:
+  Status start_step(const std::vector<std::string>& hosts, Clock::time_point deadline) {
+    hosts_ = hosts;
+    out_->start(hosts.size());
+    sockaddr_in a{};
+    auto l = listen_for_agents(a);
+    if (!l) return l.error();
+    listen_ = std::move(*l);
+    unsigned char raw[32];
+    if (RAND_bytes(raw, sizeof raw) != 1) return error_of(ErrorKind::kLaunchFailed, "srun launch: no random bytes for the agents' token");
+    token_ = to_hex(raw, sizeof raw);
+    auto req = srun_request(hosts, std::to_string(ntohs(a.sin_port)) + " " + agent_dial_addresses());
+    if (!req) return req.error();
+    auto spawned = spawn_worker(*req);
+    if (!spawned) return error_of(ErrorKind::kLaunchFailed, "--launcher slurm: cannot start srun: " + spawned.error().message);
+    pid_ = spawned->pid;
+    output_thread_ = std::thread(relay_srun_output, out_, std::move(spawned->out), std::move(spawned->err));
+    accept_thread_ = std::thread([this, deadline] { accept_agents(deadline); });
+    return {};
+  }
+
   struct Attached {
     UniqueFd fd;
     int task = -1;

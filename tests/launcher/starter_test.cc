@@ -160,10 +160,13 @@ TEST(Starter, SrunNotOnPathIsALaunchFailure) {
   setenv("PATH", "/nonexistent-hvdrun-path", 1);
   auto starter = make_starter(LauncherKind::kSlurm, StarterSettings{});
   auto st = starter->begin({"n1"}, Clock::now() + std::chrono::seconds(5));
+  auto again = starter->begin({"n2"}, Clock::now() + std::chrono::seconds(5));  // no step began: the same reason
   setenv("PATH", old.c_str(), 1);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().kind, ErrorKind::kLaunchFailed);
   EXPECT_EQ(st.error().message, "--launcher slurm: srun: command not found (Slurm's srun must be on PATH)");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().message, st.error().message);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ Result<std::unique_ptr<RemoteHost>> open_elastic_host(const std::string& host, A
   auto deadline = deadline_in(rs.start_timeout);
   if (auto st = starter.begin({host}, deadline); !st) return st.error();
   if (auto st = r->connect(deadline); !st) return st.error();
-  if (abort) return make_error(ErrorKind::kInterrupted, "host " + host + ": the job ended while its agent started");
+  if (auto st = r->check_abort(); !st) return st.error();  // (set after its hello came)
   if (auto st = admit(*r); !st) return st.error();
   if (auto st = r->prepare(job); !st) return st.error();
   r->abort_when(nullptr);  // (`abort` ends with its opening)

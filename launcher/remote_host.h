@@ -46,6 +46,8 @@ class RemoteHost : public RemoteControl, public StdinSink {
   // for the agent (an elastic job that ends while this host's agent starts); `abort`
   // outlives them.
   void abort_when(const std::atomic<bool>* abort) { abort_ = abort; }
+  // kInterrupted, naming the host, once `*abort` is set; else success.
+  Status check_abort() const;
   const AgentHello& hello() const { return hello_; }
   // How far at least the host's clock is off ours: its clock in the hello against ours from
   // from before the agent was started (this object made) to when the hello came (0 when it
@@ -133,7 +135,6 @@ class RemoteHost : public RemoteControl, public StdinSink {
   bool stdin_closed_ = false;     // relay thread: rank 0's stdin is closed (the agent said)
   std::atomic<bool> finished_{false};
   const std::atomic<bool>* abort_ = nullptr;
-  Status check_abort() const;
   size_t stderr_shown_ = 0;  // how much of the agent's stderr has been relayed
 };
 

@@ -250,13 +250,14 @@ class SrunStarter : public AgentStarter {
   Status begin(const std::vector<std::string>& hosts, Clock::time_point deadline) override {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      std::string names;
-      for (const auto& h : hosts) names += (names.empty() ? "" : ",") + h;
-      if (begun_)
+      if (begun_) {
+        std::string names;
+        for (const auto& h : hosts) names += (names.empty() ? "" : ",") + h;
         return error_of(ErrorKind::kLaunchFailed,
                         names + ": --launcher slurm starts every agent in one srun step when the job "
                                            "starts; a host added later cannot join it (use --launcher ssh or command "
                                            "for an elastic job that adds hosts)");
+      }
       begun_ = true;
     }
     Status st = start_step(hosts, deadline);

@@ -265,7 +265,7 @@ bool Session::on_get_peer(const Frame& f) {
   if (!r) return fail(r.error().message), false;
   // Elastic: this connection's round is over, and the table is another round's (its ranks
   // may be other processes, or not registered yet): told, as a stale register is.
-  if (elastic_round_ != 0 && elastic_round_ != s.elastic_round)
+  if (elastic_round_ != 0 && !current())
     send(MsgType::kStaleRound, encode_i64(s.elastic_round));
   else if (*r < 0 || *r >= static_cast<int64_t>(s.peers.size()) || s.peers[*r].rank < 0)
     send(MsgType::kNotFound, "");
